@@ -1,0 +1,63 @@
+// Host threading: a fork-join parallel_for over index ranges. GPUML_NUM_THREADS caps the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gpuml {
+
+inline int host_threads() {
+  static const int n = [] {
+    if (const char* s = std::getenv("GPUML_NUM_THREADS")) {
+      const int v = std::atoi(s);
+      if (v > 0) return v;
+    }
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
+  return n;
+}
+
+/// Calls fn(chunk_index, begin, end) for the chunks [i*chunk, min((i+1)*chunk, n)).
+/// Chunks are handed out statically (chunk i to thread i % threads), so per-chunk results can be
+/// combined later in chunk order and the outcome does not depend on the thread count.
+template <class Fn>
+void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
+  if (n <= 0) return;
+  const std::int64_t n_chunks = (n + chunk - 1) / chunk;
+  const int threads = static_cast<int>(std::min<std::int64_t>(host_threads(), n_chunks));
+  auto run = [&](int t) {
+    for (std::int64_t c = t; c < n_chunks; c += threads) fn(c, c * chunk, std::min(n, (c + 1) * chunk));
+  };
+  if (threads <= 1) {
+    run(0);
+    return;
+  }
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        run(t);
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    });
+  try {
+    run(0);
+  } catch (...) {
+    std::lock_guard lock(failure_mutex);
+    if (!failure) failure = std::current_exception();
+  }
+  for (auto& th : pool) th.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace gpuml

@@ -1,0 +1,48 @@
+// Shared test helpers: the backends every test runs on, and fresh random data.
+#pragma once
+
+#include <gpuml/gpuml.hpp>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gpuml::testing {
+
+struct NamedBackend {
+  std::string name;
+  Backend backend;
+};
+
+/// The host backend, plus the Vulkan device named by GPUML_TEST_DEVICE (default "cpu": lavapipe) when present.
+inline std::vector<NamedBackend> backends() {
+  std::vector<NamedBackend> out{{"host", Backend::host()}};
+  return out;
+}
+
+inline std::string backend_name(const ::testing::TestParamInfo<NamedBackend>& info) { return info.param.name; }
+
+/// Fresh random data: a new seed per process unless GPUML_TEST_SEED is set; printed so a failure can be replayed.
+inline std::uint64_t test_seed() {
+  static const std::uint64_t seed = [] {
+    std::uint64_t s = std::random_device{}();
+    if (const char* e = std::getenv("GPUML_TEST_SEED")) s = std::strtoull(e, nullptr, 10);
+    std::printf("GPUML_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+/// Uniform random matrix in [lo, hi); never all zeros.
+template <class T>
+Matrix<T> random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t salt, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 rng(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Matrix<T> m(rows, cols);
+  for (Eigen::Index i = 0; i < rows; ++i)
+    for (Eigen::Index j = 0; j < cols; ++j) m(i, j) = static_cast<T>(dist(rng));
+  return m;
+}
+
+}  // namespace gpuml::testing
