@@ -1,0 +1,10 @@
+// gpuml: scikit-learn's GPU-worthy estimators on any Vulkan device, with an Eigen host fallback.
+#pragma once
+
+#include <gpuml/core/backend.hpp>
+#include <gpuml/core/checks.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
+#include <gpuml/core/warnings.hpp>
+#include <gpuml/select.hpp>
