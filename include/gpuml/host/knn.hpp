@@ -1,0 +1,347 @@
+// Host engine for brute-force k-nearest-neighbour search: blocked Eigen GEMM (or a direct loop for manhattan and
+// chebyshev) followed by a bounded per-query selection. The full n_queries x n_database matrix is never formed.
+//
+// Guarantees:
+// - results are sorted by distance ascending (by inner product descending for Metric::inner_product);
+// - equal values are ordered by the lower database index, and the result does not depend on the thread count;
+// - identical database rows get bit-identical values during selection, so a group of duplicates is always cut
+//   at the k-th neighbour in index order;
+// - euclidean, sqeuclidean and cosine values of the selected neighbours are recomputed directly (not from the
+//   norm expansion), so exact duplicates are at distance exactly 0.
+#pragma once
+
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/metric.hpp>
+#include <gpuml/core/parallel.hpp>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml::host {
+
+template <class T>
+struct KnnResult {
+  Matrix<T> distances;  ///< n_queries x k
+  IndexMatrix indices;  ///< n_queries x k, rows of the database
+};
+
+namespace knn_detail {
+
+using Index = std::int64_t;
+
+/// Bounded max-heap of (value, index) pairs in external storage; the root is the worst kept pair.
+template <class T>
+struct TopK {
+  T* val = nullptr;
+  Index* idx = nullptr;
+  int size = 0;
+  int cap = 0;
+
+  static bool before(T a, Index ia, T b, Index ib) { return a < b || (a == b && ia < ib); }
+  bool full() const { return size >= cap; }
+
+  void push(T v, Index i) {
+    if (size < cap) {  // sift up
+      int c = size++;
+      while (c > 0) {
+        const int p = (c - 1) / 2;
+        if (!before(val[p], idx[p], v, i)) break;
+        val[c] = val[p];
+        idx[c] = idx[p];
+        c = p;
+      }
+      val[c] = v;
+      idx[c] = i;
+    } else if (before(v, i, val[0], idx[0])) {  // replace the root, sift down
+      int p = 0;
+      for (;;) {
+        int c = 2 * p + 1;
+        if (c >= size) break;
+        if (c + 1 < size && before(val[c], idx[c], val[c + 1], idx[c + 1])) ++c;
+        if (!before(v, i, val[c], idx[c])) break;
+        val[p] = val[c];
+        idx[p] = idx[c];
+        p = c;
+      }
+      val[p] = v;
+      idx[p] = i;
+    }
+  }
+};
+
+/// Dot product in a fixed summation order (independent of alignment), accumulated in T.
+template <class T>
+inline T dot_fixed(const T* a, const T* b, Index d) {
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  Index f = 0;
+  for (; f + 4 <= d; f += 4) {
+    s0 += a[f] * b[f];
+    s1 += a[f + 1] * b[f + 1];
+    s2 += a[f + 2] * b[f + 2];
+    s3 += a[f + 3] * b[f + 3];
+  }
+  for (; f < d; ++f) s0 += a[f] * b[f];
+  return (s0 + s1) + (s2 + s3);
+}
+
+/// Squared euclidean distance from differences, fixed order; exactly 0 for identical rows.
+template <class T>
+inline T sqdist_fixed(const T* a, const T* b, Index d) {
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  Index f = 0;
+  for (; f + 4 <= d; f += 4) {
+    const T e0 = a[f] - b[f], e1 = a[f + 1] - b[f + 1], e2 = a[f + 2] - b[f + 2], e3 = a[f + 3] - b[f + 3];
+    s0 += e0 * e0;
+    s1 += e1 * e1;
+    s2 += e2 * e2;
+    s3 += e3 * e3;
+  }
+  for (; f < d; ++f) {
+    const T e = a[f] - b[f];
+    s0 += e * e;
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+/// Squared row norms of a row-major view, computed with dot_fixed.
+template <class T>
+std::vector<T> squared_norms(const MatrixView<T>& X) {
+  std::vector<T> out(static_cast<std::size_t>(X.rows()));
+  parallel_chunks(X.rows(), 8192, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) out[r] = dot_fixed(X.row(r).data(), X.row(r).data(), X.cols());
+  });
+  return out;
+}
+
+/// Cosine distance of two rows with squared norms na, nb: 1 - cos, clipped to [0, 2]; 0 for identical rows.
+template <class T>
+inline T cosine_exact(const T* a, const T* b, Index d, T na, T nb) {
+  if (!(na > 0) || !(nb > 0)) return T(1);
+  const double c = static_cast<double>(dot_fixed(a, b, d)) / std::sqrt(static_cast<double>(na) * static_cast<double>(nb));
+  return static_cast<T>(std::clamp(1.0 - c, 0.0, 2.0));
+}
+
+constexpr Index round_up(Index x, Index to) { return (x + to - 1) / to * to; }
+
+}  // namespace knn_detail
+
+/// The k nearest database rows of every query row. Ties go to the lower database index. For
+/// Metric::inner_product the k rows with the largest inner product are returned, sorted descending.
+template <class T>
+KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+  using namespace knn_detail;
+  using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+
+  const Index n = database.rows(), d = database.cols(), m = queries.rows();
+  if (n == 0 || d == 0) throw invalid_input("knn_search: the database is empty");
+  if (queries.cols() != d)
+    throw invalid_input("knn_search: queries have " + std::to_string(queries.cols()) + " features, but the database has " +
+                        std::to_string(d));
+  if (k < 1) throw invalid_input("knn_search: k must be at least 1, got " + std::to_string(k));
+  if (k > n)
+    throw invalid_input("knn_search: k = " + std::to_string(k) + " exceeds the number of database rows (" +
+                        std::to_string(n) + ")");
+
+  KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
+  if (m == 0) return result;
+
+  const bool use_gemm = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine ||
+                        metric == Metric::inner_product;
+  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
+
+  // Norms. Cosine scans with inverse norms (0 for a zero row: cosine similarity 0, distance 1, as sklearn).
+  std::vector<T> dn, qn, dinv, qinv;
+  if (use_gemm && metric != Metric::inner_product) {
+    dn = squared_norms<T>(database);
+    qn = squared_norms<T>(queries);
+    if (metric == Metric::cosine) {
+      auto inv = [](const std::vector<T>& sq) {
+        std::vector<T> out(sq.size());
+        for (std::size_t i = 0; i < sq.size(); ++i) out[i] = sq[i] > 0 ? T(1) / std::sqrt(sq[i]) : T(0);
+        return out;
+      };
+      dinv = inv(dn);
+      qinv = inv(qn);
+    }
+  }
+
+  // Block shapes. Every GEMM has the same shape (qb x nb x d): partial blocks are zero-padded, queries to at
+  // least 2 rows and the database to a multiple of 8 (at least 32) rows, so that Eigen always takes its GEMM
+  // kernel with every database row in a full 4-column panel, giving identical rows identical values.
+  constexpr Index kQueryBlock = 256;
+  constexpr Index kGemmDbBlock = 512;
+  constexpr Index kDirectDbBlock = 1024;
+  const Index qb = std::min<Index>(kQueryBlock, std::max<Index>(m, 2));
+  const Index nb = use_gemm ? std::min<Index>(kGemmDbBlock, std::max<Index>(round_up(n, 8), 32))
+                            : std::min<Index>(kDirectDbBlock, n);
+  const Index n_qsub = (m + qb - 1) / qb;
+  const Index n_dblk = (n + nb - 1) / nb;
+
+  // Work split: query chunks (groups of whole query blocks) x database slabs (groups of whole database
+  // blocks). Slabs are only used when there are too few query chunks to keep the threads busy; their partial
+  // top-k lists are merged exactly, so the result does not depend on the split.
+  const Index threads = host_threads();
+  const Index target_chunks = std::max<Index>(1, std::min<Index>(n_qsub, 4 * threads));
+  const Index g = (n_qsub + target_chunks - 1) / target_chunks;  // query blocks per chunk
+  const Index n_qchunks = (n_qsub + g - 1) / g;
+  Index n_slabs = 1;
+  if (n_qchunks < threads && n_dblk > 1) n_slabs = std::min<Index>(n_dblk, (2 * threads + n_qchunks - 1) / n_qchunks);
+  const Index blocks_per_slab = (n_dblk + n_slabs - 1) / n_slabs;
+  n_slabs = (n_dblk + blocks_per_slab - 1) / blocks_per_slab;
+
+  // Heap storage: the output itself when there is one slab, else one m x k buffer per slab.
+  std::vector<T> slab_val;
+  std::vector<Index> slab_idx;
+  std::vector<int> slab_size;
+  if (n_slabs > 1) {
+    slab_val.resize(static_cast<std::size_t>(n_slabs * m * k));
+    slab_idx.resize(slab_val.size());
+    slab_size.assign(static_cast<std::size_t>(n_slabs * m), 0);
+  }
+
+  const T inf = std::numeric_limits<T>::infinity();
+
+  auto task = [&](std::int64_t t, std::int64_t, std::int64_t) {
+    const Index chunk = t / n_slabs, slab = t % n_slabs;
+    const Index sub_begin = chunk * g, sub_end = std::min(n_qsub, sub_begin + g);
+    const Index q0 = sub_begin * qb, q1 = std::min(m, sub_end * qb);
+    const Index blk_begin = slab * blocks_per_slab, blk_end = std::min(n_dblk, blk_begin + blocks_per_slab);
+
+    std::vector<TopK<T>> heaps(static_cast<std::size_t>(q1 - q0));
+    std::vector<T> thr(heaps.size(), inf);
+    for (Index i = q0; i < q1; ++i) {
+      auto& h = heaps[i - q0];
+      h.cap = k;
+      if (n_slabs == 1) {
+        h.val = result.distances.row(i).data();
+        h.idx = result.indices.row(i).data();
+      } else {
+        const std::size_t off = static_cast<std::size_t>((slab * m + i) * k);
+        h.val = slab_val.data() + off;
+        h.idx = slab_idx.data() + off;
+      }
+    }
+    auto offer = [&](Index local, T v, Index j) {
+      if (v < thr[local] || !heaps[local].full()) {
+        auto& h = heaps[local];
+        h.push(v, j);
+        if (h.full()) thr[local] = h.val[0];
+      }
+    };
+
+    if (use_gemm) {
+      ColMat S(qb, nb);
+      Matrix<T> dpad, qpad;
+      for (Index blk = blk_begin; blk < blk_end; ++blk) {
+        const Index j0 = blk * nb, nj = std::min(nb, n - j0);
+        if (nj < nb) {
+          dpad.setZero(nb, d);
+          dpad.topRows(nj) = database.middleRows(j0, nj);
+        }
+        const MatrixView<T> D = nj < nb ? MatrixView<T>(dpad) : MatrixView<T>(database.middleRows(j0, nj));
+        for (Index sub = sub_begin; sub < sub_end; ++sub) {
+          const Index i0 = sub * qb, ni = std::min(qb, m - i0);
+          if (ni < qb && qpad.rows() != qb) {  // only the last query block is partial
+            qpad.setZero(qb, d);
+            qpad.topRows(ni) = queries.middleRows(i0, ni);
+          }
+          const MatrixView<T> Q = ni < qb ? MatrixView<T>(qpad) : MatrixView<T>(queries.middleRows(i0, ni));
+          S.noalias() = Q * D.transpose();
+          const Index base = i0 - q0;
+          for (Index j = 0; j < nj; ++j) {
+            const T* col = S.col(j).data();
+            const Index gj = j0 + j;
+            switch (metric) {
+              case Metric::inner_product:
+                for (Index i = 0; i < ni; ++i) offer(base + i, -col[i], gj);
+                break;
+              case Metric::cosine: {
+                const T xi = dinv[gj];
+                for (Index i = 0; i < ni; ++i) {
+                  const T v = T(1) - col[i] * (qinv[i0 + i] * xi);
+                  offer(base + i, std::clamp(v, T(0), T(2)), gj);
+                }
+                break;
+              }
+              default: {
+                const T xn = dn[gj];
+                for (Index i = 0; i < ni; ++i) offer(base + i, (qn[i0 + i] + xn) - T(2) * col[i], gj);
+              }
+            }
+          }
+        }
+      }
+    } else {
+      // Direct loop for manhattan / chebyshev: the database block transposed so that each feature is a
+      // contiguous row, and each query accumulates over features into a vector of nb partial distances.
+      Matrix<T> Dt(d, nb);
+      Eigen::Array<T, 1, Eigen::Dynamic> acc(nb);
+      const bool cheb = metric == Metric::chebyshev;
+      for (Index blk = blk_begin; blk < blk_end; ++blk) {
+        const Index j0 = blk * nb, nj = std::min(nb, n - j0);
+        Dt.leftCols(nj) = database.middleRows(j0, nj).transpose();
+        for (Index i = q0; i < q1; ++i) {
+          auto a = acc.head(nj);
+          a.setZero();
+          const T* q = queries.row(i).data();
+          for (Index f = 0; f < d; ++f) {
+            const auto diff = (Dt.row(f).head(nj).array() - q[f]).abs();
+            if (cheb)
+              a = a.max(diff);
+            else
+              a += diff;
+          }
+          for (Index j = 0; j < nj; ++j) offer(i - q0, a[j], j0 + j);
+        }
+      }
+    }
+    if (n_slabs > 1)
+      for (Index i = q0; i < q1; ++i) slab_size[static_cast<std::size_t>(slab * m + i)] = heaps[i - q0].size;
+  };
+  parallel_chunks(n_qchunks * n_slabs, 1, task);
+
+  // Finish each query: merge slabs, recompute exact values, sort by (value, index), convert.
+  parallel_chunks(m, 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    std::vector<std::pair<T, Index>> cand;
+    for (Index i = b; i < e; ++i) {
+      cand.clear();
+      if (n_slabs == 1) {
+        for (int c = 0; c < k; ++c) cand.emplace_back(result.distances(i, c), result.indices(i, c));
+      } else {
+        for (Index s = 0; s < n_slabs; ++s) {
+          const std::size_t off = static_cast<std::size_t>((s * m + i) * k);
+          const int cnt = slab_size[static_cast<std::size_t>(s * m + i)];
+          for (int c = 0; c < cnt; ++c) cand.emplace_back(slab_val[off + c], slab_idx[off + c]);
+        }
+        std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
+        cand.resize(k);
+      }
+      if (recompute) {
+        const T* q = queries.row(i).data();
+        for (auto& [v, j] : cand) {
+          const T* x = database.row(j).data();
+          v = metric == Metric::cosine ? cosine_exact(q, x, d, qn[i], dn[j]) : sqdist_fixed(q, x, d);
+        }
+      }
+      std::sort(cand.begin(), cand.end());
+      for (int c = 0; c < k; ++c) {
+        T v = cand[c].first;
+        if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
+        else if (metric == Metric::inner_product) v = -v;
+        result.distances(i, c) = v;
+        result.indices(i, c) = cand[c].second;
+      }
+    }
+  });
+  return result;
+}
+
+}  // namespace gpuml::host
