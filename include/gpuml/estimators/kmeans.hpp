@@ -1,0 +1,271 @@
+// KMeans with scikit-learn's semantics (Lloyd, greedy k-means++ / random / array init, n_init restarts, relative tol,
+// centring, empty-cluster relocation). The estimator holds the scikit-learn logic; the engines behind detail::run_*
+// hold the numerics (the host engine today; the Vulkan engine branches there on backend.is_vulkan()).
+#pragma once
+
+#include <gpuml/core/backend.hpp>
+#include <gpuml/core/checks.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/warnings.hpp>
+#include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/select.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml {
+
+struct KMeansParams {
+  int n_clusters = 8;
+  std::string init = "k-means++";  ///< or "random"
+  std::optional<Matrix<double>> init_centers;  ///< array init (n_clusters x n_features); when set it overrides init
+  int n_init = 0;  ///< 0 means "auto": 1 for k-means++ or an array init, 10 for random
+  int max_iter = 300;
+  double tol = 1e-4;  ///< relative to the mean per-feature variance of X
+  std::uint64_t random_state = 0;
+  bool verbose = false;
+};
+
+namespace detail {
+
+template <class T, class Policy>
+host::LloydResult<T> run_lloyd(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
+                               int max_iter, double tol_absolute, bool verbose) {
+  return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose);
+}
+
+template <class T, class Policy>
+Matrix<T> run_kmeans_plus_plus(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, int k,
+                               std::mt19937_64& rng) {
+  return host::kmeans_plus_plus<T>(X, w, k, rng);
+}
+
+template <class T, class Policy>
+Labels run_assign(const Backend& /*backend*/, MatrixView<T> X, const Matrix<T>& centers) {
+  return host::assign<T>(X, centers);
+}
+
+template <class T, class Policy>
+Matrix<T> run_transform(const Backend& /*backend*/, MatrixView<T> X, const Matrix<T>& centers) {
+  return host::euclidean_to_centers<T>(X, centers);
+}
+
+template <class T, class Policy>
+double run_inertia(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers,
+                   const Labels& labels) {
+  return host::inertia<T>(X, w, centers, labels);
+}
+
+/// scikit-learn's _is_same_clustering: labels1 maps consistently onto labels2.
+inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
+  std::vector<std::int32_t> mapping(static_cast<std::size_t>(n_clusters), -1);
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    auto& m = mapping[static_cast<std::size_t>(a[i])];
+    if (m == -1)
+      m = b[i];
+    else if (m != b[i])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+template <class T, class Policy = kmeans_default_policy>
+class KMeans {
+  static_assert(is_supported_scalar<T>, "KMeans supports float and double");
+
+ public:
+  explicit KMeans(KMeansParams params = {}, Backend backend = default_backend())
+      : params_(std::move(params)), backend_(std::move(backend)) {}
+
+  KMeans& fit(MatrixView<T> X) {
+    checks::non_empty(X, "X");
+    const Vector<T> w = Vector<T>::Ones(X.rows());
+    return fit(X, w);
+  }
+
+  KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
+    const KMeansParams& p = params_;
+    if (p.n_clusters < 1)
+      throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
+    if (p.max_iter < 1) throw invalid_input("max_iter must be >= 1, got " + std::to_string(p.max_iter));
+    if (!(p.tol >= 0) || !std::isfinite(p.tol))
+      throw invalid_input("tol must be a finite number >= 0, got " + std::to_string(p.tol));
+    if (p.n_init < 0) throw invalid_input("n_init must be >= 1 (or 0 for \"auto\"), got " + std::to_string(p.n_init));
+    const bool array_init = p.init_centers.has_value();
+    if (!array_init && p.init != "k-means++" && p.init != "random")
+      throw invalid_input("init must be \"k-means++\", \"random\" or an array of initial centres, got \"" + p.init +
+                          "\"");
+    checks::data(X, "X");
+    const Eigen::Index n = X.rows(), d = X.cols();
+    const int k = p.n_clusters;
+    if (n < k)
+      throw invalid_input("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
+    checks::same_length(n, sample_weight.size(), "sample_weight");
+    double w_sum = 0;
+    Eigen::Index n_positive = 0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const T v = sample_weight[i];
+      if (!std::isfinite(v)) throw invalid_input("sample_weight contains NaN or infinity (at " + std::to_string(i) + ")");
+      if (v < 0) throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
+      w_sum += static_cast<double>(v);
+      n_positive += v > 0;
+    }
+    if (!(w_sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
+    if (!array_init && p.init == "random" && n_positive < k)
+      throw invalid_input("init=\"random\" needs n_clusters=" + std::to_string(k) +
+                          " samples with positive weight, but only " + std::to_string(n_positive) + " have one");
+    if (array_init) {
+      const Matrix<double>& c = *p.init_centers;
+      if (c.rows() != k || c.cols() != d)
+        throw invalid_input("The shape of the initial centers (" + std::to_string(c.rows()) + ", " +
+                            std::to_string(c.cols()) + ") does not match the number of clusters " + std::to_string(k) +
+                            " and the number of features " + std::to_string(d) + " (expected (" + std::to_string(k) +
+                            ", " + std::to_string(d) + "))");
+      checks::finite(c, "init_centers");
+    }
+
+    int n_init = p.n_init;
+    if (n_init == 0) n_init = (array_init || p.init == "k-means++") ? 1 : 10;
+    if (array_init && n_init != 1) {
+      warn("Explicit initial center position passed: performing only one init in KMeans instead of n_init=" +
+           std::to_string(n_init) + ".");
+      n_init = 1;
+    }
+
+    // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
+    const Eigen::RowVectorXd mean = X.template cast<double>().colwise().mean();
+    double tol_absolute = 0;
+    if (p.tol != 0) {
+      double var_sum = 0;
+      for (Eigen::Index f = 0; f < d; ++f)
+        var_sum += (X.col(f).template cast<double>().array() - mean[f]).square().mean();
+      tol_absolute = var_sum / static_cast<double>(d) * p.tol;
+    }
+
+    // Centre X (and an array init) by its mean, in T as scikit-learn does.
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
+    const Matrix<T> Xc = X.rowwise() - mean_t;
+    Matrix<T> init_c;
+    if (array_init) init_c = p.init_centers->template cast<T>().rowwise() - mean_t;
+
+    std::mt19937_64 rng(p.random_state);
+    std::optional<host::LloydResult<T>> best;
+    for (int run = 0; run < n_init; ++run) {
+      Matrix<T> start;
+      if (array_init)
+        start = init_c;
+      else if (p.init == "k-means++")
+        start = detail::run_kmeans_plus_plus<T, Policy>(backend_, Xc, sample_weight, k, rng);
+      else
+        start = host::random_init<T>(Xc, sample_weight, k, rng);
+      if (p.verbose) {
+        std::printf("Initialization complete\n");
+        std::fflush(stdout);
+      }
+      host::LloydResult<T> r =
+          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose);
+      if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
+        best = std::move(r);
+    }
+
+    Matrix<T> centers = best->centers.rowwise() + mean_t;
+    std::vector<char> seen(static_cast<std::size_t>(k), 0);
+    int distinct = 0;
+    for (Eigen::Index i = 0; i < n; ++i)
+      if (!seen[static_cast<std::size_t>(best->labels[i])]++) ++distinct;
+    if (distinct < k)
+      warn("Number of distinct clusters (" + std::to_string(distinct) + ") found smaller than n_clusters (" +
+           std::to_string(k) + "). Possibly due to duplicate points in X.");
+
+    // Commit only now: a failed fit leaves an earlier one untouched.
+    centers_ = std::move(centers);
+    labels_ = std::move(best->labels);
+    inertia_ = best->inertia;
+    n_iter_ = best->n_iter;
+    fitted_ = true;
+    return *this;
+  }
+
+  Labels predict(MatrixView<T> X) const {
+    check_input(X);
+    return detail::run_assign<T, Policy>(backend_, X, centers_);
+  }
+
+  Matrix<T> transform(MatrixView<T> X) const {
+    check_input(X);
+    return detail::run_transform<T, Policy>(backend_, X, centers_);
+  }
+
+  double score(MatrixView<T> X) const {
+    check_input(X);
+    const Vector<T> w = Vector<T>::Ones(X.rows());
+    return score(X, w);
+  }
+
+  double score(MatrixView<T> X, VectorView<T> sample_weight) const {
+    check_input(X);
+    checks::same_length(X.rows(), sample_weight.size(), "sample_weight");
+    checks::finite(sample_weight, "sample_weight");
+    for (Eigen::Index i = 0; i < sample_weight.size(); ++i)
+      if (sample_weight[i] < 0)
+        throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
+    const Labels labels = detail::run_assign<T, Policy>(backend_, X, centers_);
+    return -detail::run_inertia<T, Policy>(backend_, X, sample_weight, centers_, labels);
+  }
+
+  Labels fit_predict(MatrixView<T> X) { return fit(X).labels_; }
+  Labels fit_predict(MatrixView<T> X, VectorView<T> w) { return fit(X, w).labels_; }
+  Matrix<T> fit_transform(MatrixView<T> X) { return fit(X).transform(X); }
+  Matrix<T> fit_transform(MatrixView<T> X, VectorView<T> w) { return fit(X, w).transform(X); }
+
+  const Matrix<T>& cluster_centers() const {
+    require_fitted();
+    return centers_;
+  }
+  const Labels& labels() const {
+    require_fitted();
+    return labels_;
+  }
+  double inertia() const {
+    require_fitted();
+    return inertia_;
+  }
+  int n_iter() const {
+    require_fitted();
+    return n_iter_;
+  }
+  bool fitted() const { return fitted_; }
+  const KMeansParams& params() const { return params_; }
+  const Backend& backend() const { return backend_; }
+
+ private:
+  void require_fitted() const {
+    if (!fitted_)
+      throw not_fitted("This KMeans instance is not fitted yet. Call 'fit' with appropriate arguments first.");
+  }
+  void check_input(const MatrixView<T>& X) const {
+    require_fitted();
+    checks::data(X, "X");
+    checks::same_features(centers_.cols(), X.cols(), "X");
+  }
+
+  KMeansParams params_;
+  Backend backend_;
+  Matrix<T> centers_;
+  Labels labels_;
+  double inertia_ = 0.0;
+  int n_iter_ = 0;
+  bool fitted_ = false;
+};
+
+}  // namespace gpuml

@@ -1,0 +1,476 @@
+// Host k-means engine (Eigen, multithreaded): Lloyd iterations with scikit-learn's empty-cluster relocation,
+// greedy k-means++ and random seeding, nearest-centre assignment, exact distances and inertia.
+//
+// Work is cut into a fixed partition of sample blocks (it depends on n, k, d and the scalar type, never on the
+// thread count); each block accumulates its centre sums privately in T and the blocks are combined in block order,
+// so results are identical for any GPUML_NUM_THREADS. Inside a block, samples go in chunks of 256 (as scikit-learn):
+// one GEMM per chunk gives <x,c>, the argmin of ||c||^2 - 2<x,c> keeps the lowest index on ties.
+#pragma once
+
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml::host {
+
+template <class T>
+struct LloydResult {
+  Matrix<T> centers;
+  Labels labels;
+  double inertia = 0.0;
+  int n_iter = 0;
+  bool strict_convergence = false;
+};
+
+namespace kmeans_detail {
+
+inline constexpr std::int64_t kChunk = 256;
+
+/// Uniform double in [0, 1) from 53 random bits: the same sequence with every standard library.
+inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+/// Fixed partition of the samples into blocks of whole chunks: at most 128 blocks (fewer when k*(d+1) is large,
+/// so the private accumulators stay below ~64 MiB), at least one chunk per block.
+struct Blocking {
+  std::int64_t block = kChunk;
+  std::int64_t n_blocks = 1;
+};
+
+template <class T>
+Blocking blocking(std::int64_t n, std::int64_t k, std::int64_t d) {
+  const std::int64_t acc_bytes = std::max<std::int64_t>(1, k * (d + 1) * static_cast<std::int64_t>(sizeof(T)));
+  const std::int64_t max_blocks = std::clamp<std::int64_t>((std::int64_t{64} << 20) / acc_bytes, 16, 128);
+  std::int64_t block = (n + max_blocks - 1) / max_blocks;
+  block = std::max<std::int64_t>(kChunk, (block + kChunk - 1) / kChunk * kChunk);
+  return {block, std::max<std::int64_t>(1, (n + block - 1) / block)};
+}
+
+/// Python's repr() of a float (shortest round trip; exponent form below 1e-4 and from 1e16), for verbose output.
+inline std::string py_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string s(buf, res.ptr);
+  const bool neg = s[0] == '-';
+  if (neg) s.erase(0, 1);
+  const auto epos = s.find('e');
+  const int exp = std::atoi(s.c_str() + epos + 1);
+  std::string digits;
+  for (std::size_t i = 0; i < epos; ++i)
+    if (s[i] != '.') digits += s[i];
+  std::string out;
+  if (exp >= -4 && exp < 16) {
+    if (exp < 0) {
+      out = "0." + std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exp + 1) {
+      out = digits + std::string(static_cast<std::size_t>(exp + 1 - static_cast<int>(digits.size())), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<std::size_t>(exp + 1)) + "." + digits.substr(static_cast<std::size_t>(exp + 1));
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char e[16];
+    std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    out += e;
+  }
+  return neg ? "-" + out : out;
+}
+
+/// Scratch for one chunk: the k x 256 tile of dot products, the running minimum and its index.
+template <class T>
+struct ChunkScratch {
+  Matrix<T> dots;
+  alignas(64) T best[kChunk];
+  alignas(64) std::int32_t label[kChunk];
+  explicit ChunkScratch(Eigen::Index k) : dots(Matrix<T>::Zero(k, kChunk)) {}
+};
+
+/// Labels of rows [begin, begin + m) of X (m <= 256): argmin over j of ||c_j||^2 - 2<x, c_j>, strict <.
+template <class T>
+void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, const Matrix<T>& C, const Vector<T>& c_norms,
+                  ChunkScratch<T>& s) {
+  const Eigen::Index k = C.rows();
+  s.dots.leftCols(m).noalias() = C * X.middleRows(begin, m).transpose();
+  T* best = s.best;
+  std::int32_t* label = s.label;
+  {
+    const T* g = s.dots.data();
+    const T c = c_norms[0];
+    for (std::int64_t i = 0; i < kChunk; ++i) {
+      best[i] = c - T(2) * g[i];
+      label[i] = 0;
+    }
+  }
+  for (Eigen::Index j = 1; j < k; ++j) {
+    const T* g = s.dots.data() + j * kChunk;
+    const T c = c_norms[j];
+    const std::int32_t jj = static_cast<std::int32_t>(j);
+    for (std::int64_t i = 0; i < kChunk; ++i) {
+      const T v = c - T(2) * g[i];
+      const bool lt = v < best[i];
+      best[i] = lt ? v : best[i];
+      label[i] = lt ? jj : label[i];
+    }
+  }
+}
+
+/// One pass over X with the centres C: labels, and when sums/weights are given the per-cluster weighted sums
+/// sum_i w_i x_i and weights sum_i w_i (accumulated in T per block, blocks combined in order).
+template <class T>
+void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>& C, Labels& labels, Matrix<T>* sums,
+                 Vector<T>* weights) {
+  const std::int64_t n = X.rows(), d = X.cols(), k = C.rows();
+  const Vector<T> c_norms = C.rowwise().squaredNorm();
+  const bool update = sums != nullptr;
+  const Blocking bl = blocking<T>(n, k, d);
+  const std::int64_t acc_size = k * (d + 1);
+  std::vector<T> acc(update ? static_cast<std::size_t>(bl.n_blocks * acc_size) : 0, T(0));
+  parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
+    ChunkScratch<T> s(k);
+    T* a_sum = update ? acc.data() + blk * acc_size : nullptr;
+    T* a_w = update ? a_sum + k * d : nullptr;
+    for (std::int64_t cb = b; cb < e; cb += kChunk) {
+      const std::int64_t m = std::min(kChunk, e - cb);
+      argmin_chunk(X, cb, m, C, c_norms, s);
+      std::memcpy(labels.data() + cb, s.label, static_cast<std::size_t>(m) * sizeof(std::int32_t));
+      if (update) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          const std::int32_t l = s.label[i];
+          const T wi = (*w)[cb + i];
+          const T* x = X.data() + (cb + i) * X.outerStride();
+          T* dst = a_sum + static_cast<std::int64_t>(l) * d;
+          for (std::int64_t f = 0; f < d; ++f) dst[f] += x[f] * wi;
+          a_w[l] += wi;
+        }
+      }
+    }
+  });
+  if (update) {
+    sums->setZero(k, d);
+    weights->setZero(k);
+    for (std::int64_t blk = 0; blk < bl.n_blocks; ++blk) {
+      const T* a = acc.data() + blk * acc_size;
+      T* dst = sums->data();
+      for (std::int64_t t = 0; t < k * d; ++t) dst[t] += a[t];
+      for (std::int64_t j = 0; j < k; ++j) (*weights)[j] += a[k * d + j];
+    }
+  }
+}
+
+/// Squared distance of one row to one centre, accumulated in T from differences (exact 0 when x == c).
+template <class T>
+inline T sq_dist(const T* x, const T* c, std::int64_t d) {
+  T s = 0;
+  for (std::int64_t f = 0; f < d; ++f) {
+    const T diff = x[f] - c[f];
+    s += diff * diff;
+  }
+  return s;
+}
+
+/// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old centre move to the empty
+/// clusters, in increasing cluster order; sums/weights are the un-averaged accumulators.
+template <class T>
+void relocate_empty_clusters(const MatrixView<T>& X, const VectorView<T>& w, const Matrix<T>& centers_old,
+                             const Labels& labels, Matrix<T>& sums, Vector<T>& weights) {
+  const std::int64_t n = X.rows(), d = X.cols(), k = centers_old.rows();
+  std::vector<std::int64_t> empty;
+  for (std::int64_t j = 0; j < k; ++j)
+    if (weights[j] == T(0)) empty.push_back(j);
+  if (empty.empty()) return;
+  std::vector<T> dist(static_cast<std::size_t>(n));
+  parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      dist[i] = sq_dist(X.data() + i * X.outerStride(), centers_old.data() + std::int64_t{labels[i]} * d, d);
+  });
+  if (*std::max_element(dist.begin(), dist.end()) == T(0)) return;  // more clusters than distinct points
+  const std::int64_t n_empty = std::min<std::int64_t>(static_cast<std::int64_t>(empty.size()), n);
+  // The n_empty largest distances, largest first; equal distances: the higher index first (numpy's argpartition
+  // gives no order for ties; this matches it on scikit-learn's relocation test).
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), std::int64_t{0});
+  auto farther = [&](std::int64_t a, std::int64_t b) { return dist[a] > dist[b] || (dist[a] == dist[b] && a > b); };
+  std::partial_sort(idx.begin(), idx.begin() + n_empty, idx.end(), farther);
+  for (std::int64_t t = 0; t < n_empty; ++t) {
+    const std::int64_t new_id = empty[t], far = idx[t];
+    const std::int64_t old_id = labels[far];
+    const T wi = w[far];
+    const T* x = X.data() + far * X.outerStride();
+    for (std::int64_t f = 0; f < d; ++f) {
+      sums(old_id, f) -= x[f] * wi;
+      sums(new_id, f) = x[f] * wi;
+    }
+    weights[new_id] = wi;
+    weights[old_id] -= wi;
+  }
+}
+
+/// scikit-learn's _average_centers, in place and in cluster order: a cluster still empty copies row argmax(weights)
+/// as it stands at that moment (the heaviest cluster's mean if its index is lower, else its weighted sum, exactly as
+/// scikit-learn does).
+template <class T>
+void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
+  const Eigen::Index k = centers.rows();
+  Eigen::Index heaviest = 0;
+  for (Eigen::Index j = 1; j < k; ++j)
+    if (weights[j] > weights[heaviest]) heaviest = j;
+  for (Eigen::Index j = 0; j < k; ++j) {
+    if (weights[j] > T(0)) {
+      const T alpha = T(1) / weights[j];
+      centers.row(j) *= alpha;
+    } else {
+      centers.row(j) = centers.row(heaviest).eval();
+    }
+  }
+}
+
+}  // namespace kmeans_detail
+
+/// Nearest centre of each row (predict): argmin of ||c||^2 - 2<x,c>, lowest index on ties.
+template <class T>
+Labels assign(MatrixView<T> X, const Matrix<T>& centers) {
+  Labels labels(X.rows());
+  kmeans_detail::assign_pass<T>(X, nullptr, centers, labels, nullptr, nullptr);
+  return labels;
+}
+
+/// sum_i w_i ||x_i - c_{l_i}||^2 from differences (per sample in T, summed in double per block, blocks in order).
+template <class T>
+double inertia(MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers, const Labels& labels) {
+  const std::int64_t n = X.rows(), d = X.cols();
+  const auto bl = kmeans_detail::blocking<T>(n, centers.rows(), d);
+  std::vector<double> part(static_cast<std::size_t>(bl.n_blocks), 0.0);
+  parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
+    double s = 0;
+    for (std::int64_t i = b; i < e; ++i)
+      s += static_cast<double>(kmeans_detail::sq_dist(X.data() + i * X.outerStride(),
+                                                      centers.data() + std::int64_t{labels[i]} * d, d)) *
+           static_cast<double>(w[i]);
+    part[blk] = s;
+  });
+  double total = 0;
+  for (double p : part) total += p;
+  return total;
+}
+
+/// Euclidean distances of every row to every centre (transform), from differences: exact 0 when x == c.
+template <class T>
+Matrix<T> euclidean_to_centers(MatrixView<T> X, const Matrix<T>& centers) {
+  const std::int64_t n = X.rows(), d = X.cols(), k = centers.rows();
+  Matrix<T> out(n, k);
+  parallel_chunks(n, kmeans_detail::kChunk, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      for (std::int64_t j = 0; j < k; ++j)
+        out(i, j) = std::sqrt(kmeans_detail::sq_dist(X.data() + i * X.outerStride(), centers.data() + j * d, d));
+  });
+  return out;
+}
+
+/// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data: E+M iterations with empty-cluster
+/// relocation, strict (labels unchanged) or tolerance (sum of squared centre shifts <= tol) convergence, a final
+/// E-step unless strictly converged, and the exact inertia.
+template <class T>
+LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
+                     bool verbose) {
+  const Eigen::Index n = X.rows(), k = init_centers.rows();
+  LloydResult<T> r;
+  Matrix<T> centers = init_centers, centers_new(k, X.cols());
+  Vector<T> weights(k);
+  Labels labels = Labels::Constant(n, -1), labels_old = Labels::Constant(n, -1);
+  int i = 0;
+  for (; i < max_iter; ++i) {
+    kmeans_detail::assign_pass<T>(X, &w, centers, labels, &centers_new, &weights);
+    kmeans_detail::relocate_empty_clusters<T>(X, w, centers, labels, centers_new, weights);
+    kmeans_detail::average_centers<T>(centers_new, weights);
+    if (verbose) {
+      const double in = static_cast<double>(static_cast<T>(inertia<T>(X, w, centers, labels)));
+      std::printf("Iteration %d, inertia %s.\n", i, kmeans_detail::py_repr(in).c_str());
+    }
+    T shift_tot = 0;
+    for (Eigen::Index j = 0; j < k; ++j) {
+      const T s = std::sqrt((centers_new.row(j) - centers.row(j)).squaredNorm());
+      shift_tot += s * s;
+    }
+    std::swap(centers, centers_new);
+    if (labels == labels_old) {
+      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
+      r.strict_convergence = true;
+      break;
+    }
+    if (static_cast<double>(shift_tot) <= tol_absolute) {
+      if (verbose)
+        std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
+                    kmeans_detail::py_repr(static_cast<double>(shift_tot)).c_str(),
+                    kmeans_detail::py_repr(tol_absolute).c_str());
+      break;
+    }
+    labels_old = labels;
+  }
+  r.n_iter = std::min(i + 1, max_iter);
+  if (!r.strict_convergence) kmeans_detail::assign_pass<T>(X, nullptr, centers, labels, nullptr, nullptr);
+  if (verbose) std::fflush(stdout);
+  r.inertia = inertia<T>(X, w, centers, labels);
+  r.centers = std::move(centers);
+  r.labels = std::move(labels);
+  return r;
+}
+
+/// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data: the first centre drawn with probability
+/// w / sum(w); then 2 + int(log k) candidates drawn proportional to w * D^2 (searchsorted on the cumulative sum),
+/// keeping the one with the lowest potential sum(w * min(D^2, d^2(cand))). Samples with w * D^2 = 0 are never drawn
+/// while any positive mass is left. Distances are exact (from differences).
+template <class T>
+Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  using kmeans_detail::kChunk;
+  const std::int64_t n = X.rows(), d = X.cols();
+  const int n_trials = 2 + static_cast<int>(std::log(static_cast<double>(k)));
+  Matrix<T> centers(k, d);
+  std::vector<double> cum(static_cast<std::size_t>(n));
+
+  // Index drawn from the mass m_i (cum = inclusive cumulative sum): searchsorted(cum, u * total), moved off
+  // zero-mass samples; side_right mirrors numpy's choice(p=...) (first draw), side left _kmeans_plusplus.
+  auto draw = [&](double r, bool side_right, auto&& mass) -> std::int64_t {
+    const double total = cum.back();
+    std::int64_t idx = side_right ? std::upper_bound(cum.begin(), cum.end(), r) - cum.begin()
+                                  : std::lower_bound(cum.begin(), cum.end(), r) - cum.begin();
+    if (idx >= n) idx = n - 1;
+    if (total > 0 && !(mass(idx) > 0)) {
+      std::int64_t j = idx;
+      while (j < n && !(mass(j) > 0)) ++j;
+      if (j == n) {
+        j = idx;
+        while (j > 0 && !(mass(j) > 0)) --j;
+      }
+      idx = j;
+    }
+    return idx;
+  };
+
+  {
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) cum[i] = (s += static_cast<double>(w[i]));
+    const std::int64_t first =
+        draw(kmeans_detail::uniform01(rng) * cum.back(), true, [&](std::int64_t i) { return static_cast<double>(w[i]); });
+    centers.row(0) = X.row(first);
+  }
+  const auto bl = kmeans_detail::blocking<T>(n, 1, d);
+  std::vector<T> closest(static_cast<std::size_t>(n));
+  parallel_chunks(n, bl.block, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      closest[i] = kmeans_detail::sq_dist(X.data() + i * X.outerStride(), centers.data(), d);
+  });
+  auto mass = [&](std::int64_t i) { return static_cast<double>(w[i]) * static_cast<double>(closest[i]); };
+
+  std::vector<T> cand_dist(static_cast<std::size_t>(n_trials * n));
+  std::vector<double> cand_pot(static_cast<std::size_t>(n_trials * bl.n_blocks));
+  Matrix<T> cand(n_trials, d);
+  std::vector<std::int64_t> cand_ids(static_cast<std::size_t>(n_trials));
+  for (int c = 1; c < k; ++c) {
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) cum[i] = (s += mass(i));
+    for (int t = 0; t < n_trials; ++t) {
+      cand_ids[t] = draw(kmeans_detail::uniform01(rng) * s, false, mass);
+      cand.row(t) = X.row(cand_ids[t]);
+    }
+    // Potential of each candidate: per block, samples transposed into a d x 256 tile so the distance loop runs
+    // across samples.
+    parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
+      std::vector<T> xt(static_cast<std::size_t>(d * kChunk));
+      alignas(64) T acc[kChunk];
+      std::vector<double> pot(static_cast<std::size_t>(n_trials), 0.0);
+      for (std::int64_t cb = b; cb < e; cb += kChunk) {
+        const std::int64_t m = std::min(kChunk, e - cb);
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t f = 0; f < d; ++f) xt[f * kChunk + i] = X(cb + i, f);
+        for (int t = 0; t < n_trials; ++t) {
+          std::fill(acc, acc + kChunk, T(0));
+          for (std::int64_t f = 0; f < d; ++f) {
+            const T cf = cand(t, f);
+            const T* xf = xt.data() + f * kChunk;
+            for (std::int64_t i = 0; i < kChunk; ++i) {
+              const T diff = xf[i] - cf;
+              acc[i] += diff * diff;
+            }
+          }
+          T* out = cand_dist.data() + t * n + cb;
+          double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          std::int64_t i = 0;
+          for (; i + 8 <= m; i += 8)
+            for (int l = 0; l < 8; ++l) {
+              const T v = std::min(closest[cb + i + l], acc[i + l]);
+              out[i + l] = v;
+              p[l] += static_cast<double>(w[cb + i + l]) * static_cast<double>(v);
+            }
+          for (; i < m; ++i) {
+            const T v = std::min(closest[cb + i], acc[i]);
+            out[i] = v;
+            p[0] += static_cast<double>(w[cb + i]) * static_cast<double>(v);
+          }
+          pot[t] += ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+        }
+      }
+      for (int t = 0; t < n_trials; ++t) cand_pot[t * bl.n_blocks + blk] = pot[t];
+    });
+    int best = 0;
+    double best_pot = std::numeric_limits<double>::infinity();
+    for (int t = 0; t < n_trials; ++t) {
+      double p = 0;
+      for (std::int64_t blk = 0; blk < bl.n_blocks; ++blk) p += cand_pot[t * bl.n_blocks + blk];
+      if (p < best_pot) {
+        best_pot = p;
+        best = t;
+      }
+    }
+    std::copy(cand_dist.begin() + best * n, cand_dist.begin() + (best + 1) * n, closest.begin());
+    centers.row(c) = X.row(cand_ids[best]);
+  }
+  return centers;
+}
+
+/// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)
+/// (rounds of draws, duplicates dropped, chosen samples' weight zeroed). Needs k samples with positive weight.
+template <class T>
+Matrix<T> random_init(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  const std::int64_t n = X.rows();
+  std::vector<double> p(static_cast<std::size_t>(n)), cdf(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(w[i]);
+  std::vector<std::int64_t> found;
+  found.reserve(static_cast<std::size_t>(k));
+  while (static_cast<int>(found.size()) < k) {
+    const int need = k - static_cast<int>(found.size());
+    std::vector<double> u(static_cast<std::size_t>(need));
+    for (auto& x : u) x = kmeans_detail::uniform01(rng);
+    for (std::int64_t f : found) p[f] = 0;
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) cdf[i] = (s += p[i]);
+    if (!(s > 0)) break;
+    std::vector<std::int64_t> drawn;
+    for (double x : u) {
+      std::int64_t idx = std::upper_bound(cdf.begin(), cdf.end(), x * s) - cdf.begin();
+      if (idx >= n) idx = n - 1;
+      while (idx > 0 && !(p[idx] > 0)) --idx;
+      if (std::find(drawn.begin(), drawn.end(), idx) == drawn.end()) drawn.push_back(idx);
+    }
+    for (std::int64_t idx : drawn) found.push_back(idx);
+  }
+  Matrix<T> centers(k, X.cols());
+  for (int j = 0; j < k; ++j) centers.row(j) = X.row(found[j < static_cast<int>(found.size()) ? j : 0]);
+  return centers;
+}
+
+}  // namespace gpuml::host
