@@ -1,0 +1,320 @@
+// Brute-force neighbour estimators with scikit-learn semantics: NearestNeighbors, KNeighborsClassifier and
+// KNeighborsRegressor. The numerics live in the engines (gpuml::host::knn_search, later the Vulkan one), reached
+// through detail::run_knn; this header holds validation, the X=None handling and the voting.
+#pragma once
+
+#include <gpuml/core/backend.hpp>
+#include <gpuml/core/checks.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/metric.hpp>
+#include <gpuml/host/knn.hpp>
+#include <gpuml/select.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml {
+
+template <class T>
+using KnnResult = host::KnnResult<T>;
+
+struct NeighborsParams {
+  int n_neighbors = 5;
+  std::string metric = "euclidean";  ///< see parse_metric
+  std::string weights = "uniform";   ///< or "distance"; used by the classifier and the regressor only
+};
+
+namespace detail {
+
+/// The one place that picks the engine for a backend. Every backend runs on the host engine for now.
+template <class T>
+KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+  (void)backend;  // the Vulkan engine will branch here on backend.is_vulkan()
+  return host::knn_search<T>(database, queries, k, metric);
+}
+
+inline void check_n_neighbors(int k, const char* name = "n_neighbors") {
+  if (k < 1) throw invalid_input(std::string(name) + " must be at least 1, got " + std::to_string(k));
+}
+
+enum class Weights { uniform, distance };
+
+inline Weights parse_weights(const std::string& w, Metric metric) {
+  if (w == "uniform") return Weights::uniform;
+  if (w == "distance") {
+    if (metric == Metric::inner_product)
+      throw invalid_input("weights='distance' needs a distance metric; metric 'inner_product' returns similarities");
+    return Weights::distance;
+  }
+  throw invalid_input("unknown weights '" + w + "'; valid weights are 'uniform' and 'distance'");
+}
+
+/// scikit-learn's _get_weights for one row of distances: 1/d, or, when any distance is 0, 1 for the zero
+/// distances and 0 for the others.
+template <class T>
+void neighbor_weights(Weights weights, const T* dist, int k, std::vector<double>& w) {
+  w.assign(static_cast<std::size_t>(k), 1.0);
+  if (weights == Weights::uniform) return;
+  bool any_zero = false;
+  for (int c = 0; c < k; ++c) any_zero = any_zero || dist[c] == T(0);
+  for (int c = 0; c < k; ++c) {
+    const double dc = static_cast<double>(dist[c]);
+    w[c] = any_zero ? (dc == 0.0 ? 1.0 : 0.0) : 1.0 / dc;
+  }
+}
+
+}  // namespace detail
+
+/// Unsupervised neighbour search (sklearn.neighbors.NearestNeighbors, algorithm="brute").
+template <class T>
+class NearestNeighbors {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+
+ public:
+  explicit NearestNeighbors(NeighborsParams p = {}, Backend backend = default_backend())
+      : params_(std::move(p)), backend_(std::move(backend)) {}
+
+  /// Stores X as the database. Validates everything first, so a failed fit leaves an earlier fit untouched.
+  NearestNeighbors& fit(MatrixView<T> X) {
+    const Metric metric = parse_metric(params_.metric);
+    detail::check_n_neighbors(params_.n_neighbors);
+    checks::data(X, "X");
+    Matrix<T> copy = X;
+    X_.swap(copy);
+    metric_ = metric;
+    fitted_ = true;
+    return *this;
+  }
+
+  /// kneighbors(X=None): the neighbours of every training sample, each sample itself excluded.
+  KnnResult<T> kneighbors() const { return kneighbors_self(params_.n_neighbors); }
+
+  /// kneighbors(X, n_neighbors): n_neighbors = 0 means params().n_neighbors. Sorted by distance ascending
+  /// (inner product descending for metric "inner_product"); ties go to the lower index.
+  KnnResult<T> kneighbors(MatrixView<T> X, int n_neighbors = 0) const {
+    require_fitted();
+    const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
+    detail::check_n_neighbors(k);
+    checks::data(X, "X");
+    checks::same_features(X_.cols(), X.cols(), "X");
+    if (k > X_.rows())
+      throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
+                          ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
+                          std::to_string(X.rows()));
+    return detail::run_knn<T>(backend_, X_, X, k, metric_);
+  }
+
+  /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
+  /// sample's own index; when duplicates push the sample out of its k+1 neighbours, drops the last column.
+  KnnResult<T> kneighbors_self(int n_neighbors) const {
+    require_fitted();
+    const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
+    detail::check_n_neighbors(k);
+    const auto n = X_.rows();
+    if (k >= n)
+      throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
+                          std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
+    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_);
+    KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
+    for (Eigen::Index i = 0; i < n; ++i) {
+      int skip = k;  // the last column unless the sample itself is found
+      for (int c = 0; c <= k; ++c)
+        if (full.indices(i, c) == i) {
+          skip = c;
+          break;
+        }
+      for (int c = 0, o = 0; c <= k; ++c) {
+        if (c == skip) continue;
+        out.distances(i, o) = full.distances(i, c);
+        out.indices(i, o) = full.indices(i, c);
+        ++o;
+      }
+    }
+    return out;
+  }
+
+  /// return_distance=False variants.
+  IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
+  IndexMatrix kneighbors_indices(MatrixView<T> X, int n_neighbors = 0) const {
+    return kneighbors(X, n_neighbors).indices;
+  }
+
+  bool fitted() const noexcept { return fitted_; }
+  Eigen::Index n_samples_fit() const {
+    require_fitted();
+    return X_.rows();
+  }
+  Eigen::Index n_features_in() const {
+    require_fitted();
+    return X_.cols();
+  }
+  Metric metric() const {
+    require_fitted();
+    return metric_;
+  }
+  const NeighborsParams& params() const noexcept { return params_; }
+  const Backend& backend() const noexcept { return backend_; }
+
+ private:
+  void require_fitted() const {
+    if (!fitted_) throw not_fitted("This NearestNeighbors instance is not fitted yet; call fit() first");
+  }
+
+  NeighborsParams params_;
+  Backend backend_;
+  Matrix<T> X_;
+  Metric metric_ = Metric::euclidean;
+  bool fitted_ = false;
+};
+
+/// sklearn.neighbors.KNeighborsClassifier (brute force). Labels are any int32 values; classes() is sorted.
+template <class T>
+class KNeighborsClassifier {
+ public:
+  explicit KNeighborsClassifier(NeighborsParams p = {}, Backend backend = default_backend())
+      : params_(std::move(p)), backend_(std::move(backend)) {}
+
+  KNeighborsClassifier& fit(MatrixView<T> X, const Labels& y) {
+    NearestNeighbors<T> nn(params_, backend_);
+    const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
+    checks::data(X, "X");
+    checks::same_length(X.rows(), y.size(), "y");
+    std::vector<std::int32_t> classes(y.data(), y.data() + y.size());
+    std::sort(classes.begin(), classes.end());
+    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+    std::vector<std::int32_t> encoded(static_cast<std::size_t>(y.size()));
+    for (Eigen::Index i = 0; i < y.size(); ++i)
+      encoded[i] = static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), y[i]) - classes.begin());
+    nn.fit(X);
+    nn_ = std::move(nn);
+    weights_ = weights;
+    classes_ = Eigen::Map<const Labels>(classes.data(), static_cast<Eigen::Index>(classes.size()));
+    encoded_ = std::move(encoded);
+    return *this;
+  }
+
+  /// Normalised (weighted) votes, one column per class in classes() order.
+  Matrix<double> predict_proba(MatrixView<T> X) const {
+    Matrix<double> proba = votes(X);
+    for (Eigen::Index i = 0; i < proba.rows(); ++i) {
+      double total = proba.row(i).sum();
+      if (total == 0.0) total = 1.0;
+      proba.row(i) /= total;
+    }
+    return proba;
+  }
+
+  /// The class with the largest (weighted) vote; ties go to the smallest class label.
+  Labels predict(MatrixView<T> X) const {
+    const Matrix<double> v = votes(X);
+    Labels out(v.rows());
+    for (Eigen::Index i = 0; i < v.rows(); ++i) {
+      Eigen::Index best = 0;
+      for (Eigen::Index c = 1; c < v.cols(); ++c)
+        if (v(i, c) > v(i, best)) best = c;
+      out[i] = classes_[best];
+    }
+    return out;
+  }
+
+  const Labels& classes() const {
+    require_fitted();
+    return classes_;
+  }
+  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+  const NeighborsParams& params() const noexcept { return params_; }
+
+ private:
+  void require_fitted() const {
+    if (!nn_.fitted()) throw not_fitted("This KNeighborsClassifier instance is not fitted yet; call fit() first");
+  }
+
+  /// Unnormalised (weighted) votes per class.
+  Matrix<double> votes(MatrixView<T> X) const {
+    require_fitted();
+    const KnnResult<T> r = nn_.kneighbors(X, params_.n_neighbors);
+    const int k = static_cast<int>(r.indices.cols());
+    Matrix<double> v = Matrix<double>::Zero(X.rows(), classes_.size());
+    std::vector<double> w;
+    for (Eigen::Index i = 0; i < X.rows(); ++i) {
+      detail::neighbor_weights<T>(weights_, r.distances.row(i).data(), k, w);
+      for (int c = 0; c < k; ++c) v(i, encoded_[static_cast<std::size_t>(r.indices(i, c))]) += w[c];
+    }
+    return v;
+  }
+
+  NeighborsParams params_;
+  Backend backend_;
+  NearestNeighbors<T> nn_{params_, backend_};
+  detail::Weights weights_ = detail::Weights::uniform;
+  Labels classes_;
+  std::vector<std::int32_t> encoded_;
+};
+
+/// sklearn.neighbors.KNeighborsRegressor (brute force): mean or inverse-distance weighted mean of the
+/// neighbours' targets, for one or several outputs.
+template <class T>
+class KNeighborsRegressor {
+ public:
+  explicit KNeighborsRegressor(NeighborsParams p = {}, Backend backend = default_backend())
+      : params_(std::move(p)), backend_(std::move(backend)) {}
+
+  KNeighborsRegressor& fit(MatrixView<T> X, const Matrix<T>& y) {
+    NearestNeighbors<T> nn(params_, backend_);
+    const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
+    checks::data(X, "X");
+    checks::data(y, "y");
+    checks::same_length(X.rows(), y.rows(), "y");
+    Matrix<T> y_copy = y;
+    nn.fit(X);
+    nn_ = std::move(nn);
+    weights_ = weights;
+    y_.swap(y_copy);
+    return *this;
+  }
+  KNeighborsRegressor& fit(MatrixView<T> X, const Vector<T>& y) {
+    const Matrix<T> y2 = Eigen::Map<const Matrix<T>>(y.data(), y.size(), 1);
+    return fit(X, y2);
+  }
+
+  /// n_queries x n_outputs (one column for a single output).
+  Matrix<T> predict(MatrixView<T> X) const {
+    require_fitted();
+    const KnnResult<T> r = nn_.kneighbors(X, params_.n_neighbors);
+    const int k = static_cast<int>(r.indices.cols());
+    Matrix<T> out(X.rows(), y_.cols());
+    std::vector<double> w;
+    Eigen::Matrix<double, 1, Eigen::Dynamic> acc(y_.cols());
+    for (Eigen::Index i = 0; i < X.rows(); ++i) {
+      detail::neighbor_weights<T>(weights_, r.distances.row(i).data(), k, w);
+      acc.setZero();
+      double total = 0;
+      for (int c = 0; c < k; ++c) {
+        acc += w[c] * y_.row(r.indices(i, c)).template cast<double>();
+        total += w[c];
+      }
+      out.row(i) = (acc / total).template cast<T>();
+    }
+    return out;
+  }
+
+  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+  const NeighborsParams& params() const noexcept { return params_; }
+
+ private:
+  void require_fitted() const {
+    if (!nn_.fitted()) throw not_fitted("This KNeighborsRegressor instance is not fitted yet; call fit() first");
+  }
+
+  NeighborsParams params_;
+  Backend backend_;
+  NearestNeighbors<T> nn_{params_, backend_};
+  detail::Weights weights_ = detail::Weights::uniform;
+  Matrix<T> y_;
+};
+
+}  // namespace gpuml

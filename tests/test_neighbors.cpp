@@ -1,0 +1,565 @@
+// Brute-force k-NN: the engine behind every backend against a plain double-precision reference, sklearn's
+// X=None semantics, duplicates and ties, the classifier and regressor against hand-computed values, bad input.
+#include "support.hpp"
+
+#include <gpuml/estimators/neighbors.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gpuml::IndexMatrix;
+using gpuml::Labels;
+using gpuml::Matrix;
+using gpuml::Metric;
+using gpuml::NeighborsParams;
+using gpuml::Vector;
+using gpuml::testing::backends;
+using gpuml::testing::random_matrix;
+
+const std::vector<std::string> kMetrics = {"euclidean", "sqeuclidean", "manhattan", "cosine", "chebyshev",
+                                           "inner_product"};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reference: all pairwise values in double with plain loops; sorted by (key, index) with key = distance, or
+// -inner product for inner_product.
+
+struct RefEntry {
+  double value;  // as the estimator reports it
+  double key;    // sort key (ascending)
+  std::int64_t index;
+};
+
+template <class T>
+double ref_value(const Matrix<T>& A, Eigen::Index i, const Matrix<T>& B, Eigen::Index j, Metric m) {
+  const Eigen::Index d = A.cols();
+  double acc = 0, na = 0, nb = 0;
+  for (Eigen::Index f = 0; f < d; ++f) {
+    const double a = A(i, f), b = B(j, f);
+    switch (m) {
+      case Metric::euclidean:
+      case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
+      case Metric::manhattan: acc += std::abs(a - b); break;
+      case Metric::chebyshev: acc = std::max(acc, std::abs(a - b)); break;
+      case Metric::cosine:
+      case Metric::inner_product:
+        acc += a * b;
+        na += a * a;
+        nb += b * b;
+        break;
+    }
+  }
+  if (m == Metric::euclidean) return std::sqrt(acc);
+  if (m == Metric::cosine) {
+    if (na == 0 || nb == 0) return 1.0;
+    return std::clamp(1.0 - acc / (std::sqrt(na) * std::sqrt(nb)), 0.0, 2.0);
+  }
+  return acc;
+}
+
+template <class T>
+std::vector<RefEntry> ref_sorted(const Matrix<T>& db, const Matrix<T>& q, Eigen::Index i, Metric m) {
+  std::vector<RefEntry> out;
+  for (Eigen::Index j = 0; j < db.rows(); ++j) {
+    const double v = ref_value(q, i, db, j, m);
+    out.push_back({v, m == Metric::inner_product ? -v : v, j});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const RefEntry& a, const RefEntry& b) { return a.key < b.key; });
+  return out;
+}
+
+template <class T>
+struct Tol {
+  static constexpr double rtol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+  static constexpr double atol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  static bool close(double got, double want) { return std::abs(got - want) <= rtol * std::abs(want) + atol; }
+  // Values farther apart than rounding can explain.
+  static bool separated(double a, double b) {
+    return std::abs(a - b) > 4 * (rtol * std::max(std::abs(a), std::abs(b)) + atol);
+  }
+};
+
+// Checks one result row against the reference list `ref` (already in the expected order):
+// - values close position by position, sorted in the metric's order, indices distinct and in range;
+// - every run of reference values not separated by more than rounding: if it lies inside the first k, the
+//   same index set; if it is a group of identical database rows, exactly the reference order (lower index
+//   first); if it straddles position k, indices drawn from the run.
+template <class T>
+void check_row(const std::vector<RefEntry>& ref, const T* dist, const std::int64_t* ind, int k, Metric m,
+               const Matrix<T>& db, const std::string& what) {
+  const Eigen::Index n = db.rows();
+  SCOPED_TRACE(what);
+  std::set<std::int64_t> seen;
+  for (int c = 0; c < k; ++c) {
+    ASSERT_GE(ind[c], 0);
+    ASSERT_LT(ind[c], n);
+    ASSERT_TRUE(seen.insert(ind[c]).second) << "index " << ind[c] << " repeated";
+    ASSERT_TRUE(Tol<T>::close(dist[c], ref[c].value))
+        << "position " << c << ": got " << dist[c] << ", want " << ref[c].value;
+    if (c > 0) {
+      if (m == Metric::inner_product)
+        ASSERT_GE(dist[c - 1], dist[c]) << "not sorted descending at " << c;
+      else
+        ASSERT_LE(dist[c - 1], dist[c]) << "not sorted ascending at " << c;
+    }
+  }
+  std::size_t a = 0;
+  while (a < static_cast<std::size_t>(k)) {
+    std::size_t b = a + 1;
+    while (b < ref.size() && !Tol<T>::separated(ref[b - 1].value, ref[b].value)) ++b;
+    bool exact = true;
+    for (std::size_t c = a + 1; c < b; ++c) exact = exact && db.row(ref[c].index) == db.row(ref[a].index);
+    const std::size_t end = std::min<std::size_t>(b, k);
+    if (exact) {
+      for (std::size_t c = a; c < end; ++c)
+        ASSERT_EQ(ind[c], ref[c].index) << "exact tie at position " << c << " not broken by the lower index";
+    } else {
+      std::set<std::int64_t> run, got;
+      for (std::size_t c = a; c < b; ++c) run.insert(ref[c].index);
+      for (std::size_t c = a; c < end; ++c) got.insert(ind[c]);
+      if (b <= static_cast<std::size_t>(k)) {
+        ASSERT_EQ(got, run) << "positions " << a << ".." << b;
+      } else {
+        for (auto j : got) ASSERT_TRUE(run.count(j)) << "index " << j << " at the k boundary is not a near-tie";
+      }
+    }
+    a = b;
+  }
+}
+
+template <class T>
+void check_against_reference(const gpuml::KnnResult<T>& r, const Matrix<T>& db, const Matrix<T>& q, int k,
+                             Metric m, const std::string& what) {
+  ASSERT_EQ(r.distances.rows(), q.rows());
+  ASSERT_EQ(r.distances.cols(), k);
+  ASSERT_EQ(r.indices.rows(), q.rows());
+  ASSERT_EQ(r.indices.cols(), k);
+  for (Eigen::Index i = 0; i < q.rows(); ++i) {
+    const auto ref = ref_sorted(db, q, i, m);
+    check_row<T>(ref, r.distances.row(i).data(), r.indices.row(i).data(), k, m, db,
+                 what + " query " + std::to_string(i));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+template <class T>
+class Neighbors : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(Neighbors, Scalars);
+
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(NeighborsMetric, ParsesNamesAndAliases) {
+  EXPECT_EQ(gpuml::parse_metric("euclidean"), Metric::euclidean);
+  EXPECT_EQ(gpuml::parse_metric("l2"), Metric::euclidean);
+  EXPECT_EQ(gpuml::parse_metric("sqeuclidean"), Metric::sqeuclidean);
+  EXPECT_EQ(gpuml::parse_metric("manhattan"), Metric::manhattan);
+  EXPECT_EQ(gpuml::parse_metric("cityblock"), Metric::manhattan);
+  EXPECT_EQ(gpuml::parse_metric("l1"), Metric::manhattan);
+  EXPECT_EQ(gpuml::parse_metric("cosine"), Metric::cosine);
+  EXPECT_EQ(gpuml::parse_metric("chebyshev"), Metric::chebyshev);
+  EXPECT_EQ(gpuml::parse_metric("inner_product"), Metric::inner_product);
+  for (const auto& name : kMetrics) EXPECT_EQ(gpuml::metric_name(gpuml::parse_metric(name)), name);
+  EXPECT_THROW(gpuml::parse_metric("minkowski"), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::parse_metric("Euclidean"), gpuml::invalid_input);
+  try {
+    gpuml::parse_metric("hamming");
+    FAIL() << "no exception";
+  } catch (const gpuml::invalid_input& e) {
+    EXPECT_NE(std::string(e.what()).find("chebyshev"), std::string::npos) << e.what();
+  }
+}
+
+TYPED_TEST(Neighbors, MatchesReferenceForEveryMetricAndK) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(1001, 37, 11);
+  const Matrix<T> q = random_matrix<T>(77, 37, 12);
+  for (const auto& b : backends()) {
+    for (const auto& name : kMetrics) {
+      for (int k : {1, 7, 1000, 1001}) {
+        if (k == 1001 && name != "euclidean" && name != "inner_product") continue;  // keep the test quick
+        gpuml::NearestNeighbors<T> nn({k, name}, b.backend);
+        nn.fit(db);
+        const auto r = nn.kneighbors(q);
+        check_against_reference<T>(r, db, q, k, gpuml::parse_metric(name),
+                                   b.name + " " + name + " k=" + std::to_string(k));
+        if (this->HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TYPED_TEST(Neighbors, MatchesReferenceOnOtherShapes) {
+  using T = TypeParam;
+  struct Shape {
+    Eigen::Index n, d, m;
+    int k;
+  };
+  // Several database blocks with a ragged tail; many query blocks; a single query; one feature.
+  for (const Shape s : {Shape{2500, 9, 50, 7}, Shape{700, 5, 600, 3}, Shape{333, 3, 1, 20}, Shape{40, 1, 9, 5}}) {
+    const Matrix<T> db = random_matrix<T>(s.n, s.d, 21 + s.n);
+    const Matrix<T> q = random_matrix<T>(s.m, s.d, 22 + s.n);
+    for (const auto& b : backends())
+      for (const auto& name : kMetrics) {
+        gpuml::NearestNeighbors<T> nn({s.k, name}, b.backend);
+        nn.fit(db);
+        check_against_reference<T>(nn.kneighbors(q), db, q, s.k, gpuml::parse_metric(name),
+                                   b.name + " " + name + " n=" + std::to_string(s.n));
+        if (this->HasFatalFailure()) return;
+      }
+  }
+}
+
+TYPED_TEST(Neighbors, QueryingTheTrainingSetExcludesEachSample) {
+  using T = TypeParam;
+  Matrix<T> X = random_matrix<T>(300, 13, 31);
+  // A few duplicated rows: a sample whose copies precede it may fall out of its own k+1 neighbours.
+  X.row(40) = X.row(7);
+  X.row(41) = X.row(7);
+  X.row(200) = X.row(150);
+  const int k = 6;
+  for (const auto& b : backends())
+    for (const auto& name : kMetrics) {
+      const Metric m = gpuml::parse_metric(name);
+      gpuml::NearestNeighbors<T> nn({k, name}, b.backend);
+      nn.fit(X);
+      const auto r = nn.kneighbors();
+      ASSERT_EQ(r.indices.rows(), X.rows());
+      ASSERT_EQ(r.indices.cols(), k);
+      for (Eigen::Index i = 0; i < X.rows(); ++i) {
+        // sklearn: the k+1 nearest, then the sample itself removed, or the last one when it is absent.
+        auto ref = ref_sorted(X, X, i, m);
+        auto self = std::find_if(ref.begin(), ref.begin() + k + 1, [&](const RefEntry& e) { return e.index == i; });
+        ref.erase(self != ref.begin() + k + 1 ? self : ref.begin() + k);
+        check_row<T>(ref, r.distances.row(i).data(), r.indices.row(i).data(), k, m, X,
+                     b.name + " " + name + " X=None sample " + std::to_string(i));
+        if (this->HasFatalFailure()) return;
+        if (m != Metric::inner_product) {
+          for (int c = 0; c < k; ++c) ASSERT_NE(r.indices(i, c), i) << name << ": sample " << i << " is its own neighbour";
+        }
+      }
+      // The duplicates, exactly: sample 7's copies are 40 and 41 (distance 0); 40's are 7 and 41; 41's are 7, 40.
+      if (m != Metric::inner_product) {
+        EXPECT_EQ(r.indices(7, 0), 40);
+        EXPECT_EQ(r.indices(7, 1), 41);
+        EXPECT_EQ(r.indices(40, 0), 7);
+        EXPECT_EQ(r.indices(40, 1), 41);
+        EXPECT_EQ(r.indices(41, 0), 7);
+        EXPECT_EQ(r.indices(41, 1), 40);
+        EXPECT_EQ(r.distances(41, 0), T(0));
+        EXPECT_EQ(r.distances(41, 1), T(0));
+        EXPECT_EQ(r.indices(150, 0), 200);
+        EXPECT_EQ(r.indices(200, 0), 150);
+        EXPECT_EQ(r.distances(150, 0), T(0));
+      }
+      // kneighbors_self(1) on sample 41: its k+1 = 2 nearest are 7 and 40 (lower indices first), so 41 is not among
+      // them and sklearn drops the last column: the answer is 7.
+      if (m != Metric::inner_product) {
+        const auto r1 = nn.kneighbors_self(1);
+        EXPECT_EQ(r1.indices(41, 0), 7) << name;
+        EXPECT_EQ(r1.indices(7, 0), 40) << name;
+        EXPECT_EQ(nn.kneighbors_indices(), r.indices) << name;
+      }
+    }
+}
+
+TYPED_TEST(Neighbors, DuplicatesAreOrderedByIndexAndAtDistanceZero) {
+  using T = TypeParam;
+  // 25 distinct rows, each copied 2..5 times at shuffled positions.
+  const Matrix<T> base = random_matrix<T>(25, 6, 41);
+  std::vector<Eigen::Index> src;
+  for (Eigen::Index r = 0; r < base.rows(); ++r)
+    for (int c = 0; c < 2 + r % 4; ++c) src.push_back(r);
+  std::mt19937_64 rng(gpuml::testing::test_seed() + 42);
+  std::shuffle(src.begin(), src.end(), rng);
+  Matrix<T> db(static_cast<Eigen::Index>(src.size()), base.cols());
+  for (std::size_t i = 0; i < src.size(); ++i) db.row(static_cast<Eigen::Index>(i)) = base.row(src[i]);
+
+  for (const auto& b : backends())
+    for (const auto& name : kMetrics) {
+      const Metric m = gpuml::parse_metric(name);
+      for (int k : {1, 2, 3, 9}) {
+        gpuml::NearestNeighbors<T> nn({k, name}, b.backend);
+        nn.fit(db);
+        const auto r = nn.kneighbors(base);
+        check_against_reference<T>(r, db, base, k, m, b.name + " " + name + " k=" + std::to_string(k));
+        if (this->HasFatalFailure()) return;
+        if (m == Metric::inner_product) continue;
+        for (Eigen::Index i = 0; i < base.rows(); ++i) {
+          std::vector<std::int64_t> copies;
+          for (std::size_t j = 0; j < src.size(); ++j)
+            if (src[j] == i) copies.push_back(static_cast<std::int64_t>(j));
+          for (int c = 0; c < std::min<int>(k, static_cast<int>(copies.size())); ++c) {
+            EXPECT_EQ(r.indices(i, c), copies[c]) << name << " k=" << k << " row " << i;
+            EXPECT_EQ(r.distances(i, c), T(0)) << name << " k=" << k << " row " << i;
+          }
+        }
+        // Deterministic: the same call gives the same answer.
+        const auto again = nn.kneighbors(base);
+        EXPECT_EQ(again.indices, r.indices);
+        EXPECT_EQ(again.distances, r.distances);
+      }
+    }
+}
+
+TYPED_TEST(Neighbors, ExactTiesBetweenDistinctRowsGoToTheLowerIndex) {
+  using T = TypeParam;
+  // Small integer coordinates: every computation is exact, so equal values are real ties (cosine excluded: it
+  // divides by square roots).
+  std::mt19937_64 rng(gpuml::testing::test_seed() + 51);
+  std::uniform_int_distribution<int> coord(-3, 3);
+  Matrix<T> db(260, 3), q(40, 3);
+  for (Eigen::Index i = 0; i < db.size(); ++i) db.data()[i] = static_cast<T>(coord(rng));
+  for (Eigen::Index i = 0; i < q.size(); ++i) q.data()[i] = static_cast<T>(coord(rng));
+  for (const auto& b : backends())
+    for (const auto& name : kMetrics) {
+      if (name == "cosine") continue;
+      for (int k : {1, 5, 17}) {
+        gpuml::NearestNeighbors<T> nn({k, name}, b.backend);
+        nn.fit(db);
+        const auto r = nn.kneighbors(q);
+        const Metric m = gpuml::parse_metric(name);
+        for (Eigen::Index i = 0; i < q.rows(); ++i) {
+          const auto ref = ref_sorted(db, q, i, m);
+          for (int c = 0; c < k; ++c) {
+            ASSERT_EQ(r.indices(i, c), ref[c].index) << b.name << " " << name << " k=" << k << " query " << i;
+            ASSERT_EQ(r.distances(i, c), static_cast<T>(ref[c].value));
+          }
+        }
+      }
+    }
+}
+
+TYPED_TEST(Neighbors, CosineOfZeroVectorIsOne) {
+  using T = TypeParam;
+  Matrix<T> db = random_matrix<T>(20, 4, 61);
+  db.row(3).setZero();
+  Matrix<T> q(2, 4);
+  q.row(0).setZero();
+  q.row(1) = db.row(5);
+  for (const auto& b : backends()) {
+    gpuml::NearestNeighbors<T> nn({20, "cosine"}, b.backend);
+    nn.fit(db);
+    const auto r = nn.kneighbors(q);
+    for (int c = 0; c < 20; ++c) {
+      EXPECT_EQ(r.distances(0, c), T(1));
+      EXPECT_EQ(r.indices(0, c), c);  // all tied: index order
+    }
+    EXPECT_EQ(r.indices(1, 0), 5);
+    EXPECT_EQ(r.distances(1, 0), T(0));
+    for (int c = 0; c < 20; ++c) {
+      if (r.indices(1, c) == 3) {
+        EXPECT_EQ(r.distances(1, c), T(1));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Classifier and regressor on a 1-D toy set: X = 0, 1, 2, 10, 11.
+
+template <class T>
+Matrix<T> toy_x() {
+  Matrix<T> X(5, 1);
+  X << 0, 1, 2, 10, 11;
+  return X;
+}
+
+template <class T>
+Matrix<T> col(std::initializer_list<double> v) {
+  Matrix<T> m(static_cast<Eigen::Index>(v.size()), 1);
+  Eigen::Index i = 0;
+  for (double x : v) m(i++, 0) = static_cast<T>(x);
+  return m;
+}
+
+TYPED_TEST(Neighbors, ClassifierVotes) {
+  using T = TypeParam;
+  Labels y(5);
+  y << 3, 3, -1, -1, 8;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-12;
+  for (const auto& b : backends()) {
+    gpuml::KNeighborsClassifier<T> uni({3, "euclidean", "uniform"}, b.backend);
+    uni.fit(toy_x<T>(), y);
+    ASSERT_EQ(uni.classes().size(), 3);
+    EXPECT_EQ(uni.classes()[0], -1);
+    EXPECT_EQ(uni.classes()[1], 3);
+    EXPECT_EQ(uni.classes()[2], 8);
+
+    // 1.4: neighbours 1 (0.4, label 3), 2 (0.6, label -1), 0 (1.4, label 3).
+    // 2.0: neighbours 2 (0, label -1), 1 (1, label 3), 0 (2, label 3).
+    // 10.6: neighbours 11 (0.4, label 8), 10 (0.6, label -1), 2 (8.6, label -1).
+    const Matrix<T> q = col<T>({1.4, 2.0, 10.6});
+    const Matrix<double> pu = uni.predict_proba(q);
+    ASSERT_EQ(pu.rows(), 3);
+    ASSERT_EQ(pu.cols(), 3);
+    EXPECT_NEAR(pu(0, 0), 1.0 / 3, tol);
+    EXPECT_NEAR(pu(0, 1), 2.0 / 3, tol);
+    EXPECT_NEAR(pu(0, 2), 0.0, tol);
+    EXPECT_NEAR(pu(2, 0), 2.0 / 3, tol);
+    EXPECT_NEAR(pu(2, 2), 1.0 / 3, tol);
+    const Labels lu = uni.predict(q);
+    EXPECT_EQ(lu[0], 3);
+    EXPECT_EQ(lu[1], 3);
+    EXPECT_EQ(lu[2], -1);
+
+    gpuml::KNeighborsClassifier<T> dist({3, "euclidean", "distance"}, b.backend);
+    dist.fit(toy_x<T>(), y);
+    const Matrix<double> pd = dist.predict_proba(q);
+    const double a = static_cast<double>(T(1.4));
+    const double w3 = 1 / (a - 1) + 1 / a, wm1 = 1 / (2 - a);  // 0.4 -> label 3, 0.6 -> label -1, 1.4 -> label 3
+    EXPECT_NEAR(pd(0, 0), wm1 / (w3 + wm1), 1e-5);
+    EXPECT_NEAR(pd(0, 1), w3 / (w3 + wm1), 1e-5);
+    // Zero distance: only the exact match votes.
+    EXPECT_NEAR(pd(1, 0), 1.0, tol);
+    EXPECT_NEAR(pd(1, 1), 0.0, tol);
+    const Labels ld = dist.predict(q);
+    EXPECT_EQ(ld[0], 3);
+    EXPECT_EQ(ld[1], -1);  // uniform says 3
+    EXPECT_EQ(ld[2], 8);   // 1/0.4 > 1/0.6 + 1/8.6
+    for (Eigen::Index i = 0; i < 3; ++i) {
+      EXPECT_NEAR(pu.row(i).sum(), 1.0, 1e-12);
+      EXPECT_NEAR(pd.row(i).sum(), 1.0, 1e-12);
+    }
+
+    // A vote tie goes to the smallest label: 1.5 has neighbours 1 (label 3) and 2 (label -1) at 0.5 each.
+    gpuml::KNeighborsClassifier<T> two({2, "euclidean", "uniform"}, b.backend);
+    two.fit(toy_x<T>(), y);
+    EXPECT_EQ(two.predict(col<T>({1.5}))[0], -1);
+    gpuml::KNeighborsClassifier<T> two_d({2, "euclidean", "distance"}, b.backend);
+    two_d.fit(toy_x<T>(), y);
+    EXPECT_EQ(two_d.predict(col<T>({1.5}))[0], -1);
+  }
+}
+
+TYPED_TEST(Neighbors, ClassifierOnRandomDataMatchesReferenceVotes) {
+  using T = TypeParam;
+  const Matrix<T> X = random_matrix<T>(400, 5, 71);
+  const Matrix<T> q = random_matrix<T>(60, 5, 72);
+  Labels y(X.rows());
+  for (Eigen::Index i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>((i * 7) % 4) * 10 - 5;
+  for (const auto& b : backends()) {
+    gpuml::KNeighborsClassifier<T> clf({9, "manhattan", "uniform"}, b.backend);
+    clf.fit(X, y);
+    const Matrix<double> p = clf.predict_proba(q);
+    const Labels pred = clf.predict(q);
+    ASSERT_EQ(p.cols(), 4);
+    for (Eigen::Index i = 0; i < q.rows(); ++i) {
+      const auto ref = ref_sorted(X, q, i, Metric::manhattan);
+      if (!Tol<T>::separated(ref[8].value, ref[9].value)) continue;  // the 9th and 10th too close to call
+      std::vector<double> votes(4, 0.0);
+      for (int c = 0; c < 9; ++c) votes[(y[ref[c].index] + 5) / 10] += 1.0 / 9;
+      for (int c = 0; c < 4; ++c) EXPECT_NEAR(p(i, c), votes[c], 1e-12) << "query " << i;
+      const auto best = std::max_element(votes.begin(), votes.end()) - votes.begin();  // first maximum
+      EXPECT_EQ(pred[i], static_cast<std::int32_t>(best) * 10 - 5) << "query " << i;
+    }
+  }
+}
+
+TYPED_TEST(Neighbors, RegressorMeans) {
+  using T = TypeParam;
+  const Matrix<T> y1 = col<T>({0, 10, 20, 30, 40});
+  Matrix<T> y2(5, 2);
+  y2 << 0, 1, 10, 2, 20, 3, 30, 4, 40, 5;
+  const Matrix<T> q = col<T>({1.4, 2.0});
+  for (const auto& b : backends()) {
+    gpuml::KNeighborsRegressor<T> uni({3, "euclidean", "uniform"}, b.backend);
+    uni.fit(toy_x<T>(), Vector<T>(y1.col(0)));
+    const Matrix<T> pu = uni.predict(q);
+    ASSERT_EQ(pu.rows(), 2);
+    ASSERT_EQ(pu.cols(), 1);
+    EXPECT_NEAR(pu(0, 0), 10.0, 1e-5);  // (10 + 20 + 0) / 3
+    EXPECT_NEAR(pu(1, 0), 10.0, 1e-5);  // (20 + 10 + 0) / 3
+
+    gpuml::KNeighborsRegressor<T> dist({3, "euclidean", "distance"}, b.backend);
+    dist.fit(toy_x<T>(), y2);
+    const Matrix<T> pd = dist.predict(q);
+    ASSERT_EQ(pd.cols(), 2);
+    const double a = static_cast<double>(T(1.4));
+    const double w1 = 1 / (a - 1), w2 = 1 / (2 - a), w0 = 1 / a;
+    EXPECT_NEAR(pd(0, 0), (w1 * 10 + w2 * 20 + w0 * 0) / (w0 + w1 + w2), 1e-4);
+    EXPECT_NEAR(pd(0, 1), (w1 * 2 + w2 * 3 + w0 * 1) / (w0 + w1 + w2), 1e-4);
+    EXPECT_EQ(pd(1, 0), T(20));  // zero distance: only the exact match counts
+    EXPECT_EQ(pd(1, 1), T(3));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+TYPED_TEST(Neighbors, RejectsBadInput) {
+  using T = TypeParam;
+  const Matrix<T> X = random_matrix<T>(10, 4, 81);
+  for (const auto& b : backends()) {
+    gpuml::NearestNeighbors<T> nn({3, "euclidean"}, b.backend);
+    EXPECT_THROW(nn.kneighbors(X), gpuml::not_fitted);
+    EXPECT_THROW(nn.kneighbors(), gpuml::not_fitted);
+    nn.fit(X);
+    EXPECT_THROW(nn.kneighbors(X, 11), gpuml::invalid_input);  // k > n_samples_fit
+    EXPECT_NO_THROW(nn.kneighbors(X, 10));
+    EXPECT_THROW(nn.kneighbors_self(10), gpuml::invalid_input);  // X=None needs k < n_samples_fit
+    EXPECT_NO_THROW(nn.kneighbors_self(9));
+    EXPECT_THROW(nn.kneighbors(X, -1), gpuml::invalid_input);
+    EXPECT_THROW(nn.kneighbors(random_matrix<T>(3, 5, 82)), gpuml::invalid_input);  // wrong n_features
+    Matrix<T> bad = random_matrix<T>(3, 4, 83);
+    bad(1, 2) = std::numeric_limits<T>::quiet_NaN();
+    EXPECT_THROW(nn.kneighbors(bad), gpuml::invalid_input);
+    bad(1, 2) = std::numeric_limits<T>::infinity();
+    EXPECT_THROW(nn.kneighbors(bad), gpuml::invalid_input);
+    EXPECT_THROW(nn.kneighbors(Matrix<T>(0, 4)), gpuml::invalid_input);
+
+    // A failed fit leaves the earlier fit in place.
+    Matrix<T> nan_x = random_matrix<T>(20, 4, 84);
+    nan_x(5, 0) = -std::numeric_limits<T>::infinity();
+    EXPECT_THROW(nn.fit(nan_x), gpuml::invalid_input);
+    EXPECT_THROW(nn.fit(Matrix<T>(0, 4)), gpuml::invalid_input);
+    EXPECT_THROW(nn.fit(Matrix<T>(5, 0)), gpuml::invalid_input);
+    EXPECT_EQ(nn.n_samples_fit(), 10);
+    EXPECT_EQ(nn.n_features_in(), 4);
+    EXPECT_EQ(nn.kneighbors(X).indices.cols(), 3);
+
+    EXPECT_THROW((gpuml::NearestNeighbors<T>({3, "minkowski"}, b.backend).fit(X)), gpuml::invalid_input);
+    EXPECT_THROW((gpuml::NearestNeighbors<T>({0, "euclidean"}, b.backend).fit(X)), gpuml::invalid_input);
+
+    Labels y(10);
+    y.setZero();
+    gpuml::KNeighborsClassifier<T> clf({3, "euclidean", "uniform"}, b.backend);
+    EXPECT_THROW(clf.predict(X), gpuml::not_fitted);
+    EXPECT_THROW(clf.fit(X, Labels::Zero(9)), gpuml::invalid_input);  // y wrong length
+    EXPECT_THROW((gpuml::KNeighborsClassifier<T>({3, "euclidean", "inverse"}, b.backend).fit(X, y)),
+                 gpuml::invalid_input);
+    EXPECT_THROW((gpuml::KNeighborsClassifier<T>({3, "nope", "uniform"}, b.backend).fit(X, y)), gpuml::invalid_input);
+    EXPECT_THROW((gpuml::KNeighborsClassifier<T>({11, "euclidean", "uniform"}, b.backend).fit(X, y).predict(X)),
+                 gpuml::invalid_input);
+    clf.fit(X, y);
+    EXPECT_THROW(clf.predict(random_matrix<T>(2, 3, 85)), gpuml::invalid_input);
+
+    gpuml::KNeighborsRegressor<T> reg({3, "euclidean", "distance"}, b.backend);
+    EXPECT_THROW(reg.predict(X), gpuml::not_fitted);
+    EXPECT_THROW(reg.fit(X, Vector<T>(Vector<T>::Zero(11))), gpuml::invalid_input);
+    Vector<T> ybad = Vector<T>::Zero(10);
+    ybad[3] = std::numeric_limits<T>::quiet_NaN();
+    EXPECT_THROW(reg.fit(X, ybad), gpuml::invalid_input);
+    EXPECT_THROW((gpuml::KNeighborsRegressor<T>({3, "inner_product", "distance"}, b.backend).fit(X, Vector<T>(Vector<T>::Zero(10)))),
+                 gpuml::invalid_input);
+  }
+}
+
+TYPED_TEST(Neighbors, HostEngineRejectsBadShapes) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(8, 3, 91);
+  EXPECT_THROW(gpuml::host::knn_search<T>(db, random_matrix<T>(2, 4, 92), 2, Metric::euclidean), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::host::knn_search<T>(db, db, 9, Metric::euclidean), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::host::knn_search<T>(db, db, 0, Metric::euclidean), gpuml::invalid_input);
+  const auto r = gpuml::host::knn_search<T>(db, Matrix<T>(0, 3), 2, Metric::euclidean);
+  EXPECT_EQ(r.indices.rows(), 0);
+  EXPECT_EQ(r.indices.cols(), 2);
+}
+
+}  // namespace
