@@ -16,10 +16,33 @@ struct NamedBackend {
 };
 
 /// The host backend, plus the Vulkan device named by GPUML_TEST_DEVICE (default "cpu": lavapipe) when present.
+/// GPUML_TEST_DEVICE=none runs the host alone; GPUML_REQUIRE_DEVICE=1 (set in CI) makes a missing device fatal.
 inline std::vector<NamedBackend> backends() {
   std::vector<NamedBackend> out{{"host", Backend::host()}};
+  const char* env = std::getenv("GPUML_TEST_DEVICE");
+  const std::string choice = env && *env ? env : "cpu";
+  if (choice == "none") return out;
+  try {
+    out.push_back({"vulkan", select_backend(choice)});
+  } catch (const gpuml::error& e) {
+    if (vulkan::env_flag("GPUML_REQUIRE_DEVICE")) {
+      std::fprintf(stderr, "GPUML_REQUIRE_DEVICE is set but no Vulkan device: %s\n", e.what());
+      std::abort();
+    }
+    std::fprintf(stderr, "note: testing the host backend only (%s)\n", e.what());
+  }
   return out;
 }
+
+/// Fails the run if the Khronos validation layer said anything (GPUML_VALIDATION=1).
+class ValidationEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    EXPECT_EQ(vulkan::validation_message_count(), 0u) << "the Vulkan validation layer reported problems (see stderr)";
+  }
+};
+inline ::testing::Environment* const validation_environment =
+    ::testing::AddGlobalTestEnvironment(new ValidationEnvironment);
 
 inline std::string backend_name(const ::testing::TestParamInfo<NamedBackend>& info) { return info.param.name; }
 

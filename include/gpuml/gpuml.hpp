@@ -1,4 +1,5 @@
 // gpuml: scikit-learn's GPU-worthy estimators on any Vulkan device, with an Eigen host fallback.
+// This single header brings in the whole public API.
 #pragma once
 
 #include <gpuml/core/backend.hpp>
@@ -7,4 +8,6 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/warnings.hpp>
+#include <gpuml/metrics/pairwise.hpp>
 #include <gpuml/select.hpp>
+#include <gpuml/version.hpp>

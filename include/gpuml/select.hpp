@@ -1,6 +1,151 @@
-// Device selection (provisional: host only until the Vulkan runtime lands).
+// Choosing where work runs. GPUML_DEVICE (or select_backend in C++) takes:
+//   auto (default)  a discrete GPU, else an integrated GPU, else another GPU; the host when the only Vulkan
+//                   device is a CPU (lavapipe), which the Eigen host backend outruns
+//   gpu | discrete | integrated | cpu   the first Vulkan device of that kind ("cpu": lavapipe and the like)
+//   host            Eigen on the CPU's cores
+//   N               Vulkan device number N;  any other text: the first device whose name contains it
 #pragma once
+
 #include <gpuml/core/backend.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/warnings.hpp>
+#include <gpuml/vulkan/device.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace gpuml {
-inline Backend default_backend() { return Backend::host(); }
+
+/// The Vulkan devices present (empty without a loader or driver).
+inline std::vector<vulkan::DeviceInfo> vulkan_devices() {
+  auto instance = vulkan::Instance::get();
+  return instance ? instance->devices() : std::vector<vulkan::DeviceInfo>{};
+}
+
+namespace detail {
+
+inline std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+/// One logical device per physical device, shared by every Backend that picks it.
+inline std::shared_ptr<vulkan::Device> open_device(const vulkan::DeviceInfo& info) {
+  static std::mutex m;
+  static std::map<std::uint32_t, std::weak_ptr<vulkan::Device>> open;
+  std::lock_guard lock(m);
+  if (auto live = open[info.index].lock()) return live;
+  auto device = std::make_shared<vulkan::Device>(vulkan::Instance::get(), info);
+  open[info.index] = device;
+  return device;
+}
+
+inline int gpu_rank(vulkan::DeviceType t) {
+  switch (t) {
+    case vulkan::DeviceType::discrete: return 0;
+    case vulkan::DeviceType::integrated: return 1;
+    case vulkan::DeviceType::virtual_gpu: return 2;
+    case vulkan::DeviceType::other: return 3;
+    default: return 99;
+  }
+}
+
+/// The device `choice` names, or nullopt for the host; throws gpuml::unsupported when it names none present.
+inline std::optional<vulkan::DeviceInfo> resolve(std::string_view choice_text) {
+  const std::string choice = lower(choice_text);
+  if (choice == "host") return std::nullopt;
+  const auto devices = vulkan_devices();
+  const bool automatic = choice.empty() || choice == "auto";
+  auto describe_present = [&] {
+    std::string s;
+    for (auto& d : devices) s += "\n  " + std::to_string(d.index) + ": " + d.name + " (" + device_type_name(d.type) + ")";
+    return devices.empty() ? std::string(" (no Vulkan device found)") : ", present:" + s;
+  };
+  auto fail = [&]() -> std::optional<vulkan::DeviceInfo> {
+    throw unsupported("GPUML_DEVICE / select_backend: no Vulkan device matches '" + std::string(choice_text) + "'" +
+                      describe_present());
+  };
+  if (automatic || choice == "gpu") {
+    const vulkan::DeviceInfo* best = nullptr;
+    for (auto& d : devices)
+      if (d.is_gpu() && (!best || gpu_rank(d.type) < gpu_rank(best->type))) best = &d;
+    if (best) return *best;
+    if (automatic) return std::nullopt;
+    return fail();
+  }
+  auto first_of = [&](vulkan::DeviceType t) -> std::optional<vulkan::DeviceInfo> {
+    for (auto& d : devices)
+      if (d.type == t) return d;
+    return fail();
+  };
+  if (choice == "discrete") return first_of(vulkan::DeviceType::discrete);
+  if (choice == "integrated") return first_of(vulkan::DeviceType::integrated);
+  if (choice == "cpu") return first_of(vulkan::DeviceType::cpu);
+  if (std::all_of(choice.begin(), choice.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    const auto index = static_cast<std::uint32_t>(std::stoul(choice));
+    for (auto& d : devices)
+      if (d.index == index) return d;
+    return fail();
+  }
+  for (auto& d : devices)
+    if (lower(d.name).find(choice) != std::string::npos) return d;
+  return fail();
+}
+
+inline std::optional<Backend>& default_backend_slot() {
+  static std::optional<Backend> slot;
+  return slot;
+}
+
+inline std::mutex& default_backend_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace detail
+
+/// The backend `choice` names (see the top of this header). Throws gpuml::unsupported if it is not present.
+inline Backend select_backend(std::string_view choice) {
+  auto info = detail::resolve(choice);
+  return info ? Backend::on(detail::open_device(*info)) : Backend::host();
+}
+
+/// The process default: GPUML_DEVICE if set, else automatic. A device asked for but absent gives a warning
+/// and the host backend. Decided once; set_default_backend overrides it.
+inline Backend default_backend() {
+  std::lock_guard lock(detail::default_backend_mutex());
+  auto& slot = detail::default_backend_slot();
+  if (!slot) {
+    const char* env = std::getenv("GPUML_DEVICE");
+    const std::string choice = env ? env : "auto";
+    try {
+      slot = select_backend(choice);
+    } catch (const error& e) {
+      warn(std::string(e.what()) + "; using the host backend");
+      slot = Backend::host();
+    }
+  }
+  return *slot;
+}
+
+/// Makes `backend` the default for estimators constructed from now on.
+inline void set_default_backend(Backend backend) {
+  std::lock_guard lock(detail::default_backend_mutex());
+  detail::default_backend_slot() = std::move(backend);
+}
+
+/// A one-line description: "host (Eigen, 2 threads)" or "Vulkan: NAME (discrete GPU)".
+inline std::string describe(const Backend& backend) {
+  if (backend.is_host()) return "host (Eigen)";
+  const auto& info = backend.device()->info();
+  return "Vulkan: " + info.name + " (" + vulkan::device_type_name(info.type) + ")";
+}
+
 }  // namespace gpuml

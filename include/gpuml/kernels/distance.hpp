@@ -1,0 +1,168 @@
+// Pairwise squared-Euclidean distances and row norms on a Vulkan device, with operands larger than one
+// binding (maxStorageBufferRange) or one allocation split into row blocks.
+#pragma once
+
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/kernels/policy.hpp>
+#include <gpuml/shaders/pairwise_sq_distances_f32.hpp>
+#include <gpuml/shaders/pairwise_sq_distances_f64.hpp>
+#include <gpuml/shaders/row_sq_norms_f32.hpp>
+#include <gpuml/shaders/row_sq_norms_f64.hpp>
+#include <gpuml/vulkan/transfer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace gpuml::kernels {
+
+/// Tile shape of the distance kernel: a workgroup of WX x WY threads, each computing TM x TN distances,
+/// with BK features staged in shared memory per step.
+template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16>
+struct DistanceTile {
+  static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
+  static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
+  static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
+  static constexpr std::uint32_t block_rows = WY * TM, block_cols = WX * TN, threads = WX * WY;
+
+  template <class T>
+  static constexpr std::uint64_t shared_bytes() {
+    return sizeof(T) * BK * (block_rows + 1 + block_cols + 1);
+  }
+  template <class T>
+  static std::string misfit(const vulkan::DeviceInfo& d) {
+    return workgroup_misfit(d, WX, WY, shared_bytes<T>());
+  }
+  template <class T>
+  static bool can_implement(const vulkan::DeviceInfo& d) {
+    return misfit<T>(d).empty();
+  }
+  static std::vector<std::uint32_t> constants() { return {WX, WY, TM, TN, BK}; }
+};
+
+/// Defaults: 128 x 128 output blocks; double halves BK to keep shared memory within 32 KiB (lavapipe's).
+template <class T>
+using default_distance_policy = DistanceTile<16, 16, 8, 8, sizeof(T) == 4 ? 16 : 8>;
+
+template <class T>
+struct DistanceShaders;
+template <>
+struct DistanceShaders<float> {
+  static vulkan::ShaderCode norms() { return {shaders::row_sq_norms_f32, std::size(shaders::row_sq_norms_f32), "row_sq_norms_f32"}; }
+  static vulkan::ShaderCode pairwise() {
+    return {shaders::pairwise_sq_distances_f32, std::size(shaders::pairwise_sq_distances_f32), "pairwise_sq_distances_f32"};
+  }
+};
+template <>
+struct DistanceShaders<double> {
+  static vulkan::ShaderCode norms() { return {shaders::row_sq_norms_f64, std::size(shaders::row_sq_norms_f64), "row_sq_norms_f64"}; }
+  static vulkan::ShaderCode pairwise() {
+    return {shaders::pairwise_sq_distances_f64, std::size(shaders::pairwise_sq_distances_f64), "pairwise_sq_distances_f64"};
+  }
+};
+
+/// A device's float64 support, checked before any double kernel is built.
+template <class T>
+void require_scalar_support(const vulkan::Device& device) {
+  if (std::is_same_v<T, double> && !device.info().float64)
+    throw unsupported(device.info().name + " has no shaderFloat64: float64 data needs the host backend or float32");
+}
+
+inline constexpr std::uint32_t kNormThreads = 128;
+
+/// Records norms of `rows` rows of `x` into `out`.
+template <class T>
+void record_row_sq_norms(vulkan::Device& device, vulkan::Commands& cmds, vulkan::BufferSlice x, vulkan::BufferSlice out,
+                         std::uint32_t rows, std::uint32_t cols) {
+  const auto& k = device.kernel({DistanceShaders<T>::norms(), 2, 8, {kNormThreads}});
+  const auto groups = static_cast<std::uint32_t>(ceil_div(rows, kNormThreads));
+  const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
+  const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
+  const std::uint32_t push[2] = {rows, cols};
+  cmds.dispatch(k, {x, out}, push, gx, gy);
+}
+
+/// Splits `rows` rows of `row_bytes` each into blocks no larger than `max_bytes` (at least one row per block).
+inline std::uint64_t rows_per_block(std::uint64_t rows, std::uint64_t row_bytes, std::uint64_t max_bytes, const char* what) {
+  if (row_bytes > max_bytes)
+    throw unsupported(std::string("one row of ") + what + " (" + std::to_string(row_bytes) +
+                      " bytes) exceeds the device's largest buffer binding (" + std::to_string(max_bytes) + " bytes)");
+  return std::max<std::uint64_t>(1, std::min(rows, max_bytes / row_bytes));
+}
+
+template <class T, class Policy = default_distance_policy<T>>
+Vector<T> row_sq_norms(vulkan::Device& device, MatrixView<T> X) {
+  require_scalar_support<T>(device);
+  const std::uint64_t n = X.rows(), d = X.cols();
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  const std::uint64_t block = rows_per_block(n, d * sizeof(T), max_bytes, "X");
+  auto xbuf = device.buffer(block * d * sizeof(T));
+  auto nbuf = device.buffer(block * sizeof(T));
+  Vector<T> out(X.rows());
+  for (std::uint64_t r0 = 0; r0 < n; r0 += block) {
+    const std::uint64_t rows = std::min(block, n - r0);
+    vulkan::upload_rows<T>(device, xbuf, 0, X, r0, r0 + rows);
+    vulkan::Commands cmds(device);
+    record_row_sq_norms<T>(device, cmds, xbuf, nbuf, rows, d);
+    cmds.submit_and_wait();
+    vulkan::download(device, nbuf, 0, out.data() + r0, rows * sizeof(T));
+  }
+  return out;
+}
+
+/// D = squared distances between the rows of X and of Y, computed block by block on `device`.
+template <class T, class Policy = default_distance_policy<T>>
+Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixView<T> Y) {
+  require_scalar_support<T>(device);
+  if (auto why = Policy::template misfit<T>(device.info()); !why.empty())
+    throw unsupported("distance tile policy cannot run on " + device.info().name + ": " + why);
+  const std::uint64_t n = X.rows(), m = Y.rows(), d = X.cols(), s = sizeof(T);
+  const auto& info = device.info();
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  // Block rows so every operand and the output block fit one binding and the grid fits the dispatch limits.
+  std::uint64_t bx = rows_per_block(n, d * s, max_bytes, "X");
+  std::uint64_t by = rows_per_block(m, d * s, max_bytes, "Y");
+  bx = std::min<std::uint64_t>(bx, std::uint64_t(info.max_workgroup_count[1]) * Policy::block_rows);
+  by = std::min<std::uint64_t>(by, std::uint64_t(info.max_workgroup_count[0]) * Policy::block_cols);
+  const std::uint64_t max_out = max_bytes / s;
+  if (bx * by > max_out) {
+    by = std::min<std::uint64_t>(by, std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::sqrt(double(max_out)))));
+    bx = std::min<std::uint64_t>(bx, std::max<std::uint64_t>(1, max_out / by));
+  }
+  auto xbuf = device.buffer(bx * d * s), ybuf = device.buffer(by * d * s);
+  auto xn = device.buffer(bx * s), yn = device.buffer(by * s);
+  auto dbuf = device.buffer(bx * by * s);
+  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), 5, 16, Policy::constants()});
+
+  Matrix<T> D(X.rows(), Y.rows());
+  std::vector<T> block_out;
+  for (std::uint64_t r0 = 0; r0 < n; r0 += bx) {
+    const std::uint64_t rows = std::min(bx, n - r0);
+    vulkan::upload_rows<T>(device, xbuf, 0, X, r0, r0 + rows);
+    for (std::uint64_t c0 = 0; c0 < m; c0 += by) {
+      const std::uint64_t cols = std::min(by, m - c0);
+      if (c0 == 0 || by < m) vulkan::upload_rows<T>(device, ybuf, 0, Y, c0, c0 + cols);
+      vulkan::Commands cmds(device);
+      record_row_sq_norms<T>(device, cmds, xbuf, xn, rows, d);
+      record_row_sq_norms<T>(device, cmds, ybuf, yn, cols, d);
+      cmds.barrier();
+      const std::uint32_t push[4] = {std::uint32_t(rows), std::uint32_t(cols), std::uint32_t(d), std::uint32_t(cols)};
+      cmds.dispatch(kernel, {xbuf, ybuf, xn, yn, dbuf}, push,
+                    static_cast<std::uint32_t>(ceil_div(cols, Policy::block_cols)),
+                    static_cast<std::uint32_t>(ceil_div(rows, Policy::block_rows)));
+      cmds.submit_and_wait();
+      if (cols == m) {
+        vulkan::download(device, dbuf, 0, D.data() + r0 * m, rows * cols * s);
+      } else {
+        block_out.resize(rows * cols);
+        vulkan::download(device, dbuf, 0, block_out.data(), rows * cols * s);
+        for (std::uint64_t i = 0; i < rows; ++i)
+          std::copy_n(block_out.data() + i * cols, cols, D.data() + (r0 + i) * m + c0);
+      }
+    }
+  }
+  return D;
+}
+
+}  // namespace gpuml::kernels

@@ -1,0 +1,5 @@
+#pragma once
+#define GPUML_VERSION_MAJOR 0
+#define GPUML_VERSION_MINOR 1
+#define GPUML_VERSION_PATCH 0
+#define GPUML_VERSION_STRING "0.1.0"

@@ -1,0 +1,168 @@
+// A logical device: one compute queue, a command pool, the pipeline cache, and the kernels built so far.
+#pragma once
+
+#include <gpuml/vulkan/buffer.hpp>
+#include <gpuml/vulkan/instance.hpp>
+#include <gpuml/vulkan/kernel.hpp>
+#include <gpuml/vulkan/pipeline_cache.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace gpuml::vulkan {
+
+class Device {
+ public:
+  Device(std::shared_ptr<Instance> instance, const DeviceInfo& info) : instance_(std::move(instance)), info_(info) {
+    auto& f = fn();
+    std::uint32_t nq = 0;
+    f.vkGetPhysicalDeviceQueueFamilyProperties(info.handle, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> families(nq);
+    f.vkGetPhysicalDeviceQueueFamilyProperties(info.handle, &nq, families.data());
+    // Prefer a compute-only family (async compute on discrete GPUs), else any family with compute.
+    queue_family_ = UINT32_MAX;
+    for (std::uint32_t i = 0; i < nq; ++i)
+      if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(families[i].queueFlags & VK_QUEUE_GRAPHICS_BIT) &&
+          families[i].timestampValidBits > 0) {
+        queue_family_ = i;
+        break;
+      }
+    for (std::uint32_t i = 0; i < nq && queue_family_ == UINT32_MAX; ++i)
+      if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
+    if (queue_family_ == UINT32_MAX) throw unsupported(info.name + " has no compute queue");
+    timestamps_ = families[queue_family_].timestampValidBits > 0 && info.timestamp_period_ns > 0;
+
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qi.queueFamilyIndex = queue_family_;
+    qi.queueCount = 1;
+    qi.pQueuePriorities = &priority;
+
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.features.shaderFloat64 = info.float64;
+    features.features.shaderInt64 = info.int64;
+    VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    sgc.subgroupSizeControl = VK_TRUE;
+    std::vector<const char*> extensions;
+    if (info.subgroup_size_control) {
+      features.pNext = &sgc;
+      if (info.api_version < VK_API_VERSION_1_3) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    }
+    VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    di.pNext = &features;
+    di.queueCreateInfoCount = 1;
+    di.pQueueCreateInfos = &qi;
+    di.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+    di.ppEnabledExtensionNames = extensions.data();
+    check(f.vkCreateDevice(info.handle, &di, nullptr, &device_), "vkCreateDevice");
+    f.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+    f.vkGetPhysicalDeviceMemoryProperties(info.handle, &memory_);
+
+    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pi.queueFamilyIndex = queue_family_;
+    VkCommandPool pool = VK_NULL_HANDLE;
+    check(f.vkCreateCommandPool(device_, &pi, nullptr, &pool), "vkCreateCommandPool");
+    command_pool_ = CommandPoolHandle(device_, pool);
+
+    if (pipeline_cache_enabled()) cache_path_ = pipeline_cache_path(info_);
+    const std::vector<char> initial = read_file_bytes(cache_path_);
+    VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    ci.initialDataSize = initial.size();
+    ci.pInitialData = initial.empty() ? nullptr : initial.data();
+    VkPipelineCache cache = VK_NULL_HANDLE;
+    // Drivers ignore stale data (the header carries the UUID), but be safe and retry empty on failure.
+    if (f.vkCreatePipelineCache(device_, &ci, nullptr, &cache) != VK_SUCCESS) {
+      ci.initialDataSize = 0;
+      ci.pInitialData = nullptr;
+      check(f.vkCreatePipelineCache(device_, &ci, nullptr, &cache), "vkCreatePipelineCache");
+    }
+    pipeline_cache_ = PipelineCacheHandle(device_, cache);
+  }
+
+  ~Device() {
+    if (!device_) return;
+    fn().vkDeviceWaitIdle(device_);
+    save_pipeline_cache();
+    kernels_.clear();
+    pipeline_cache_.reset();
+    command_pool_.reset();
+    fn().vkDestroyDevice(device_, nullptr);
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceInfo& info() const noexcept { return info_; }
+  VkDevice handle() const noexcept { return device_; }
+  VkQueue queue() const noexcept { return queue_; }
+  VkCommandPool command_pool() const noexcept { return command_pool_.get(); }
+  bool timestamps() const noexcept { return timestamps_; }
+  /// Serialises use of the queue and command pool (a Device may be shared by threads).
+  std::mutex& mutex() const noexcept { return mutex_; }
+
+  /// Largest byte range one kernel binding may cover, and the largest single buffer.
+  VkDeviceSize max_binding_bytes() const noexcept { return info_.max_storage_buffer_range; }
+  VkDeviceSize max_buffer_bytes() const noexcept {
+    return info_.max_allocation_size ? std::min<VkDeviceSize>(info_.max_allocation_size, info_.max_storage_buffer_range)
+                                     : info_.max_storage_buffer_range;
+  }
+
+  Buffer buffer(VkDeviceSize bytes, MemoryUse use = MemoryUse::device) const {
+    if (info_.max_allocation_size && bytes > info_.max_allocation_size)
+      throw unsupported("a buffer of " + std::to_string(bytes) + " bytes exceeds this device's maxMemoryAllocationSize (" +
+                        std::to_string(info_.max_allocation_size) + ")");
+    return Buffer(device_, memory_, bytes, use, info_.unified_memory);
+  }
+
+  /// The pipeline for `spec`, built on first use (through the pipeline cache) and kept for the device's lifetime.
+  const Kernel& kernel(const KernelSpec& spec) {
+    std::lock_guard lock(kernels_mutex_);
+    auto it = kernels_.find(spec);
+    if (it != kernels_.end()) return *it->second;
+    const auto start = std::chrono::steady_clock::now();
+    auto made = std::make_unique<Kernel>(device_, pipeline_cache_.get(), spec);
+    pipeline_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++pipelines_built_;
+    cache_dirty_ = true;
+    return *kernels_.emplace(spec, std::move(made)).first->second;
+  }
+
+  /// Time spent creating pipelines so far, and how many: the cost the on-disk cache saves.
+  double pipeline_seconds() const noexcept { return pipeline_seconds_; }
+  std::uint32_t pipelines_built() const noexcept { return pipelines_built_; }
+  const std::string& pipeline_cache_file() const noexcept { return cache_path_; }
+
+  void save_pipeline_cache() {
+    if (!cache_dirty_ || cache_path_.empty() || !pipeline_cache_) return;
+    auto& f = fn();
+    std::size_t n = 0;
+    if (f.vkGetPipelineCacheData(device_, pipeline_cache_.get(), &n, nullptr) != VK_SUCCESS || n == 0) return;
+    std::vector<char> data(n);
+    if (f.vkGetPipelineCacheData(device_, pipeline_cache_.get(), &n, data.data()) != VK_SUCCESS) return;
+    data.resize(n);
+    write_file_bytes(cache_path_, data);
+    cache_dirty_ = false;
+  }
+
+ private:
+  std::shared_ptr<Instance> instance_;  // outlives the device
+  DeviceInfo info_;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  std::uint32_t queue_family_ = 0;
+  bool timestamps_ = false;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  CommandPoolHandle command_pool_;
+  PipelineCacheHandle pipeline_cache_;
+  std::string cache_path_;
+  bool cache_dirty_ = false;
+  std::mutex kernels_mutex_;
+  std::map<KernelSpec, std::unique_ptr<Kernel>> kernels_;
+  double pipeline_seconds_ = 0;
+  std::uint32_t pipelines_built_ = 0;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace gpuml::vulkan

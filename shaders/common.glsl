@@ -1,0 +1,14 @@
+// Shared by every gpuml shader: the scalar type of this build (GPUML_F32 or GPUML_F64) and linear group ids.
+#ifndef GPUML_COMMON_GLSL
+#define GPUML_COMMON_GLSL
+
+#if defined(GPUML_F64)
+#define scalar double
+#else
+#define scalar float
+#endif
+
+// Dispatches wider than maxComputeWorkGroupCount.x are laid out as a 2-D grid of groups.
+uint linear_group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
+
+#endif
