@@ -63,8 +63,9 @@ bool parse_field(std::string_view s, T& out) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   if (ec == std::errc::result_out_of_range && std::is_floating_point_v<T>) {
     // Overflow to +-inf or underflow to 0, as strtod does; from_chars leaves out unchanged.
-    const double v = std::strtod(std::string(s).c_str(), nullptr);
-    out = static_cast<T>(v);
+    const std::string copy(s);
+    if constexpr (std::is_same_v<T, float>) out = std::strtof(copy.c_str(), nullptr);
+    else out = static_cast<T>(std::strtod(copy.c_str(), nullptr));
     return true;
   }
   return ec == std::errc() && end == s.data() + s.size();
