@@ -208,6 +208,9 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   }
 
   const T inf = std::numeric_limits<T>::infinity();
+  using ArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  const ArrayMap qn_arr(qn.data(), static_cast<Index>(qn.size()));
+  const ArrayMap qinv_arr(qinv.data(), static_cast<Index>(qinv.size()));
 
   auto task = [&](std::int64_t t, std::int64_t, std::int64_t) {
     const Index chunk = t / n_slabs, slab = t % n_slabs;
@@ -240,6 +243,8 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
     if (use_gemm) {
       ColMat S(qb, nb);
       Matrix<T> dpad, qpad;
+      Eigen::Array<T, Eigen::Dynamic, 1> vals(qb);
+      std::vector<char> unfilled(static_cast<std::size_t>(sub_end - sub_begin), 1);  // some heap of the block not full
       for (Index blk = blk_begin; blk < blk_end; ++blk) {
         const Index j0 = blk * nb, nj = std::min(nb, n - j0);
         if (nj < nb) {
@@ -255,27 +260,29 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
           }
           const MatrixView<T> Q = ni < qb ? MatrixView<T>(qpad) : MatrixView<T>(queries.middleRows(i0, ni));
           S.noalias() = Q * D.transpose();
+          // Scan column by column (one database row against the block's queries): the values are formed with
+          // Eigen's packet code into `vals`, and a vectorised min of vals - thresholds skips the column unless
+          // some query would take it (rare once the heaps are full).
           const Index base = i0 - q0;
+          auto thr_blk = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(thr.data() + base, ni);
           for (Index j = 0; j < nj; ++j) {
-            const T* col = S.col(j).data();
+            const auto col = S.col(j).head(ni).array();
             const Index gj = j0 + j;
+            auto v = vals.head(ni);
             switch (metric) {
-              case Metric::inner_product:
-                for (Index i = 0; i < ni; ++i) offer(base + i, -col[i], gj);
+              case Metric::inner_product: v = -col; break;
+              case Metric::cosine:
+                v = (T(1) - col * (qinv_arr.segment(i0, ni) * dinv[gj])).max(T(0)).min(T(2));
                 break;
-              case Metric::cosine: {
-                const T xi = dinv[gj];
-                for (Index i = 0; i < ni; ++i) {
-                  const T v = T(1) - col[i] * (qinv[i0 + i] * xi);
-                  offer(base + i, std::clamp(v, T(0), T(2)), gj);
-                }
-                break;
-              }
-              default: {
-                const T xn = dn[gj];
-                for (Index i = 0; i < ni; ++i) offer(base + i, (qn[i0 + i] + xn) - T(2) * col[i], gj);
-              }
+              default: v = (qn_arr.segment(i0, ni) + dn[gj]) - T(2) * col;
             }
+            if (!unfilled[sub - sub_begin] && !((v - thr_blk).minCoeff() < T(0))) continue;
+            for (Index i = 0; i < ni; ++i) offer(base + i, v[i], gj);
+          }
+          if (unfilled[sub - sub_begin]) {
+            bool any = false;
+            for (Index i = 0; i < ni && !any; ++i) any = !heaps[base + i].full();
+            unfilled[sub - sub_begin] = any;
           }
         }
       }
@@ -299,7 +306,12 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
             else
               a += diff;
           }
-          for (Index j = 0; j < nj; ++j) offer(i - q0, a[j], j0 + j);
+          // Vectorised filter over runs of 64 candidates, as in the GEMM path.
+          for (Index j = 0; j < nj; j += 64) {
+            const Index len = std::min<Index>(64, nj - j);
+            if (heaps[i - q0].full() && !(a.segment(j, len).minCoeff() < thr[i - q0])) continue;
+            for (Index jj = j; jj < j + len; ++jj) offer(i - q0, a[jj], j0 + jj);
+          }
         }
       }
     }
