@@ -345,7 +345,7 @@ def _exact_fp32(torch):
 
 
 class _Timer:
-    """Elapsed milliseconds: CUDA events on a CUDA device, perf_counter (after nothing to sync) on the CPU."""
+    """Elapsed milliseconds: CUDA events on a CUDA device, time.perf_counter on the CPU."""
 
     def __init__(self, torch, device):
         self.torch = torch
