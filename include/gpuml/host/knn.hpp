@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,6 +129,84 @@ inline T cosine_exact(const T* a, const T* b, Index d, T na, T nb) {
   return static_cast<T>(std::clamp(1.0 - c, 0.0, 2.0));
 }
 
+// ---- Run-time dispatched AVX2+FMA tile kernel for builds without -mavx2 ------------------------------------
+// Eigen picks its SIMD width at compile time, so a generic x86-64 build would run its GEMM on SSE2 only. When
+// the CPU has AVX2 and FMA but the build does not, the GEMM metrics use this register-blocked kernel instead:
+// S(i, j) = sum_f Q(i, f) * Dt(f, j) for up to 6 query rows x 2 vectors of database columns, accumulated in
+// order over f with one FMA per lane, so identical database rows get identical values.
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+#define GPUML_KNN_AVX2_DISPATCH 1
+inline bool cpu_has_avx2_fma() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+
+template <class T>
+struct Avx2 {
+  typedef T V __attribute__((vector_size(32), aligned(4)));
+  static constexpr int lanes = 32 / sizeof(T);
+};
+
+template <class T, int R>
+__attribute__((target("avx2,fma"))) inline void tile_avx2(const T* q, Index ldq, const T* dt, Index ldd, Index d,
+                                                          T* s, Index lds) {
+  using V = typename Avx2<T>::V;
+  constexpr int L = Avx2<T>::lanes;
+  V acc0[R], acc1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = V{};
+  for (Index f = 0; f < d; ++f) {
+    const V b0 = *reinterpret_cast<const V*>(dt + f * ldd);
+    const V b1 = *reinterpret_cast<const V*>(dt + f * ldd + L);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const V a = V{} + q[r * ldq + f];
+      if constexpr (std::is_same_v<T, float>) {
+        acc0[r] = __builtin_ia32_vfmaddps256(a, b0, acc0[r]);
+        acc1[r] = __builtin_ia32_vfmaddps256(a, b1, acc1[r]);
+      } else {
+        acc0[r] = __builtin_ia32_vfmaddpd256(a, b0, acc0[r]);
+        acc1[r] = __builtin_ia32_vfmaddpd256(a, b1, acc1[r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    *reinterpret_cast<V*>(s + r * lds) = acc0[r];
+    *reinterpret_cast<V*>(s + r * lds + L) = acc1[r];
+  }
+}
+
+/// S (ni x ncols, row-major, leading dimension lds) = Q (ni x d, leading dimension ldq) * Dt (d x ncols,
+/// leading dimension ldd); ncols a multiple of 2 * Avx2<T>::lanes.
+template <class T>
+__attribute__((target("avx2,fma"))) void gemm_avx2(const T* q, Index ldq, Index ni, const T* dt, Index ldd,
+                                                   Index ncols, Index d, T* s, Index lds) {
+  constexpr Index W = 2 * Avx2<T>::lanes;
+  for (Index j = 0; j < ncols; j += W) {
+    Index i = 0;
+    for (; i + 6 <= ni; i += 6) tile_avx2<T, 6>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds);
+    switch (ni - i) {
+      case 5: tile_avx2<T, 5>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds); break;
+      case 4: tile_avx2<T, 4>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds); break;
+      case 3: tile_avx2<T, 3>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds); break;
+      case 2: tile_avx2<T, 2>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds); break;
+      case 1: tile_avx2<T, 1>(q + i * ldq, ldq, dt + j, ldd, d, s + i * lds + j, lds); break;
+      default: break;
+    }
+  }
+}
+#else
+#define GPUML_KNN_AVX2_DISPATCH 0
+inline bool cpu_has_avx2_fma() { return false; }
+template <class T>
+void gemm_avx2(const T*, Index, Index, const T*, Index, Index, Index, T*, Index) {}
+template <class T>
+struct Avx2 {
+  static constexpr int lanes = 1;
+};
+#endif
+
 constexpr Index round_up(Index x, Index to) { return (x + to - 1) / to * to; }
 
 }  // namespace knn_detail
@@ -211,6 +290,9 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   using ArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
   const ArrayMap qn_arr(qn.data(), static_cast<Index>(qn.size()));
   const ArrayMap qinv_arr(qinv.data(), static_cast<Index>(qinv.size()));
+  const ArrayMap dn_arr(dn.data(), static_cast<Index>(dn.size()));
+  const ArrayMap dinv_arr(dinv.data(), static_cast<Index>(dinv.size()));
+  const bool avx2 = use_gemm && cpu_has_avx2_fma();
 
   auto task = [&](std::int64_t t, std::int64_t, std::int64_t) {
     const Index chunk = t / n_slabs, slab = t % n_slabs;
@@ -240,7 +322,43 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
       }
     };
 
-    if (use_gemm) {
+    // One query row's values for database columns j0 .. j0 + nj, filtered in runs of 64 as in the direct path.
+    auto scan_row = [&](Index local, const T* v, Index nj, Index j0) {
+      for (Index j = 0; j < nj; j += 64) {
+        const Index len = std::min<Index>(64, nj - j);
+        if (heaps[local].full() && !(Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(v + j, len).minCoeff() < thr[local]))
+          continue;
+        for (Index jj = j; jj < j + len; ++jj) offer(local, v[jj], j0 + jj);
+      }
+    };
+
+    if (use_gemm && avx2) {
+      constexpr Index W = 2 * Avx2<T>::lanes;
+      const Index nbp = round_up(nb, W);
+      Matrix<T> Dt(d, nbp), Sr(qb, nbp);
+      Eigen::Array<T, 1, Eigen::Dynamic> vals(nbp);
+      for (Index blk = blk_begin; blk < blk_end; ++blk) {
+        const Index j0 = blk * nb, nj = std::min(nb, n - j0);
+        Dt.leftCols(nj) = database.middleRows(j0, nj).transpose();
+        if (nj < nbp) Dt.rightCols(nbp - nj).setZero();
+        for (Index sub = sub_begin; sub < sub_end; ++sub) {
+          const Index i0 = sub * qb, ni = std::min(qb, m - i0);
+          gemm_avx2<T>(queries.row(i0).data(), queries.outerStride(), ni, Dt.data(), nbp, nbp, d, Sr.data(), nbp);
+          for (Index i = 0; i < ni; ++i) {
+            const auto srow = Sr.row(i).head(nj).array();
+            auto v = vals.head(nj);
+            switch (metric) {
+              case Metric::inner_product: v = -srow; break;
+              case Metric::cosine:
+                v = (T(1) - srow * (qinv[i0 + i] * dinv_arr.segment(j0, nj).transpose())).max(T(0)).min(T(2));
+                break;
+              default: v = (qn[i0 + i] + dn_arr.segment(j0, nj).transpose()) - T(2) * srow;
+            }
+            scan_row(i0 + i - q0, vals.data(), nj, j0);
+          }
+        }
+      }
+    } else if (use_gemm) {
       ColMat S(qb, nb);
       Matrix<T> dpad, qpad;
       Eigen::Array<T, Eigen::Dynamic, 1> vals(qb);
@@ -306,12 +424,7 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
             else
               a += diff;
           }
-          // Vectorised filter over runs of 64 candidates, as in the GEMM path.
-          for (Index j = 0; j < nj; j += 64) {
-            const Index len = std::min<Index>(64, nj - j);
-            if (heaps[i - q0].full() && !(a.segment(j, len).minCoeff() < thr[i - q0])) continue;
-            for (Index jj = j; jj < j + len; ++jj) offer(i - q0, a[jj], j0 + jj);
-          }
+          scan_row(i - q0, a.data(), nj, j0);
         }
       }
     }
