@@ -27,7 +27,8 @@ TYPED_TEST_SUITE(KMeansTest, Scalars);
 
 #define FOR_EACH_BACKEND(nb)                        \
   for (const auto& nb : gpuml::testing::backends()) \
-    if (SCOPED_TRACE("backend " + nb.name); true)
+    if (SCOPED_TRACE("backend " + nb.name); false) { \
+    } else
 
 /// Captures gpuml warnings for the lifetime of the object.
 struct WarningCapture {
@@ -521,7 +522,9 @@ TYPED_TEST(KMeansTest, MatchesNaiveReference) {
     EXPECT_EQ(to_vec(km.labels()), ref.labels);
     expect_near_rel(km.inertia(), ref.inertia, std::is_same_v<T, float> ? 1e-4 : 1e-6, "inertia");
     EXPECT_TRUE(to_double(km.cluster_centers()).isApprox(ref.centers, std::is_same_v<T, float> ? 1e-4 : 1e-8));
-    if (std::is_same_v<T, double>) EXPECT_EQ(km.n_iter(), ref.n_iter);
+    if (std::is_same_v<T, double>) {
+      EXPECT_EQ(km.n_iter(), ref.n_iter);
+    }
   }
 }
 

@@ -206,8 +206,61 @@ void argmin_tile_base(const T* xt, std::int64_t d, const T* cm2, const T* cn, st
 #endif
 }
 
+/// For the 256 samples of xt (d x 256): out[i] = min(closest[i], ||x_i - c||^2) (from differences); returns
+/// sum_i w[i] * out[i], accumulated per lane in T and summed in double.
+template <class T, int Bytes>
+__attribute__((always_inline)) inline double potential_tile_body(const T* __restrict xt, std::int64_t d,
+                                                                 const T* __restrict c, const T* __restrict closest,
+                                                                 const T* __restrict w, T* __restrict out) {
+  using V = typename simd<T, Bytes>::V;
+  constexpr int L = Bytes / static_cast<int>(sizeof(T));
+  constexpr std::int64_t kC = 256;
+  V p0 = V{}, p1 = V{};
+  for (std::int64_t ib = 0; ib < kC; ib += 2 * L) {
+    V a0 = V{}, a1 = V{};
+    for (std::int64_t f = 0; f < d; ++f) {
+      V x0, x1;
+      __builtin_memcpy(&x0, xt + f * kC + ib, sizeof(V));
+      __builtin_memcpy(&x1, xt + f * kC + ib + L, sizeof(V));
+      x0 -= c[f];
+      x1 -= c[f];
+      a0 += x0 * x0;
+      a1 += x1 * x1;
+    }
+    V c0, c1, w0, w1;
+    __builtin_memcpy(&c0, closest + ib, sizeof(V));
+    __builtin_memcpy(&c1, closest + ib + L, sizeof(V));
+    __builtin_memcpy(&w0, w + ib, sizeof(V));
+    __builtin_memcpy(&w1, w + ib + L, sizeof(V));
+    a0 = c0 < a0 ? c0 : a0;
+    a1 = c1 < a1 ? c1 : a1;
+    __builtin_memcpy(out + ib, &a0, sizeof(V));
+    __builtin_memcpy(out + ib + L, &a1, sizeof(V));
+    p0 += w0 * a0;
+    p1 += w1 * a1;
+  }
+  double s = 0;
+  for (int l = 0; l < L; ++l) s += static_cast<double>(p0[l]) + static_cast<double>(p1[l]);
+  return s;
+}
+
+template <class T>
+double potential_tile_base(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
+#if defined(__AVX__)
+  return potential_tile_body<T, 32>(xt, d, c, closest, w, out);
+#else
+  return potential_tile_body<T, 16>(xt, d, c, closest, w, out);
+#endif
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #define GPUML_KMEANS_AVX2_DISPATCH 1
+template <class T>
+__attribute__((target("avx2,fma"))) double potential_tile_avx2(const T* xt, std::int64_t d, const T* c, const T* closest,
+                                                               const T* w, T* out) {
+  return potential_tile_body<T, 32>(xt, d, c, closest, w, out);
+}
+
 template <class T>
 __attribute__((target("avx2,fma"))) void argmin_tile_avx2(const T* xt, std::int64_t d, const T* cm2, const T* cn,
                                                           std::int64_t k, T* best, std::int32_t* label) {
@@ -225,6 +278,30 @@ inline bool cpu_has_avx2_fma() {
 #endif
 }
 #endif  // GPUML_KMEANS_VECTOR_KERNEL
+
+/// k-means++ candidate tile: out[i] = min(closest[i], ||x_i - c||^2) for the 256 samples of xt (d x 256,
+/// zero-padded; w zero in the padding); returns sum_i w[i] * out[i].
+template <class T>
+double potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
+#ifdef GPUML_KMEANS_VECTOR_KERNEL
+#ifdef GPUML_KMEANS_AVX2_DISPATCH
+  if (cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, w, out);
+#endif
+  return potential_tile_base<T>(xt, d, c, closest, w, out);
+#else
+  double pot = 0;
+  for (std::int64_t i = 0; i < kChunk; ++i) {
+    T acc = 0;
+    for (std::int64_t f = 0; f < d; ++f) {
+      const T diff = xt[f * kChunk + i] - c[f];
+      acc += diff * diff;
+    }
+    out[i] = std::min(closest[i], acc);
+    pot += static_cast<double>(w[i]) * static_cast<double>(out[i]);
+  }
+  return pot;
+#endif
+}
 
 /// Scratch for one chunk: the transposed chunk (vector kernel) or the k x 256 tile of dot products (Eigen GEMM),
 /// the running minimum and its index.
@@ -558,37 +635,24 @@ Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937
     // across samples.
     parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
       std::vector<T> xt(static_cast<std::size_t>(d * kChunk));
-      alignas(64) T acc[kChunk];
+      alignas(64) T ct[kChunk], wt[kChunk], out[kChunk];
       std::vector<double> pot(static_cast<std::size_t>(n_trials), 0.0);
       for (std::int64_t cb = b; cb < e; cb += kChunk) {
         const std::int64_t m = std::min(kChunk, e - cb);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t f = 0; f < d; ++f) xt[f * kChunk + i] = X(cb + i, f);
+        for (std::int64_t i = 0; i < m; ++i) {
+          ct[i] = closest[cb + i];
+          wt[i] = w[cb + i];
+        }
+        if (m < kChunk) {
+          for (std::int64_t f = 0; f < d; ++f) std::fill(xt.data() + f * kChunk + m, xt.data() + (f + 1) * kChunk, T(0));
+          std::fill(ct + m, ct + kChunk, T(0));
+          std::fill(wt + m, wt + kChunk, T(0));
+        }
         for (int t = 0; t < n_trials; ++t) {
-          std::fill(acc, acc + kChunk, T(0));
-          for (std::int64_t f = 0; f < d; ++f) {
-            const T cf = cand(t, f);
-            const T* xf = xt.data() + f * kChunk;
-            for (std::int64_t i = 0; i < kChunk; ++i) {
-              const T diff = xf[i] - cf;
-              acc[i] += diff * diff;
-            }
-          }
-          T* out = cand_dist.data() + t * n + cb;
-          double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          std::int64_t i = 0;
-          for (; i + 8 <= m; i += 8)
-            for (int l = 0; l < 8; ++l) {
-              const T v = std::min(closest[cb + i + l], acc[i + l]);
-              out[i + l] = v;
-              p[l] += static_cast<double>(w[cb + i + l]) * static_cast<double>(v);
-            }
-          for (; i < m; ++i) {
-            const T v = std::min(closest[cb + i], acc[i]);
-            out[i] = v;
-            p[0] += static_cast<double>(w[cb + i]) * static_cast<double>(v);
-          }
-          pot[t] += ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+          pot[t] += kmeans_detail::potential_tile<T>(xt.data(), d, cand.data() + t * d, ct, wt, out);
+          std::copy(out, out + m, cand_dist.begin() + t * n + cb);
         }
       }
       for (int t = 0; t < n_trials; ++t) cand_pot[t * bl.n_blocks + blk] = pot[t];
