@@ -7,7 +7,11 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/core/metric.hpp>
 #include <gpuml/core/warnings.hpp>
+#include <gpuml/estimators/kmeans.hpp>
+#include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/io/io.hpp>
 #include <gpuml/metrics/pairwise.hpp>
 #include <gpuml/select.hpp>
 #include <gpuml/version.hpp>

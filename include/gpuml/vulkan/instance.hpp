@@ -111,6 +111,18 @@ class Instance {
     auto& f = fn();
     if (messenger_) f.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
     if (instance_) f.vkDestroyInstance(instance_, nullptr);
+    // GPUML_VALIDATION=strict: messages seen up to shutdown (objects never destroyed are reported when their
+    // device is) fail the process, so tests catch leaks that only show at exit.
+    if (messenger_ && strict_validation() && validation_message_count() > 0) {
+      std::fprintf(stderr, "gpuml: %llu Vulkan validation message(s); failing (GPUML_VALIDATION=strict)\n",
+                   static_cast<unsigned long long>(validation_message_count()));
+      std::_Exit(70);
+    }
+  }
+
+  static bool strict_validation() {
+    const char* v = std::getenv("GPUML_VALIDATION");
+    return v && std::strcmp(v, "strict") == 0;
   }
   Instance(const Instance&) = delete;
   Instance& operator=(const Instance&) = delete;

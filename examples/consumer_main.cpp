@@ -1,0 +1,15 @@
+// A program that uses gpuml as a dependency: built by the two consumer projects beside this file.
+#include <gpuml/gpuml.hpp>
+
+#include <cstdio>
+
+int main() {
+  gpuml::Matrix<float> X(3, 2), Y(2, 2);
+  X << 0, 0, 1, 0, 0, 2;
+  Y << 0, 0, 1, 1;
+  const auto D = gpuml::pairwise_sq_distances<float>(X, Y);
+  // Expected: [[0, 2], [1, 1], [4, 2]]
+  const bool ok = D(0, 0) == 0 && D(0, 1) == 2 && D(1, 0) == 1 && D(1, 1) == 1 && D(2, 0) == 4 && D(2, 1) == 2;
+  std::printf("consumer on %s: %s\n", gpuml::describe(gpuml::default_backend()).c_str(), ok ? "OK" : "WRONG");
+  return ok ? 0 : 1;
+}
