@@ -9,6 +9,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/host/knn.hpp>
+#include <gpuml/kernels/knn.hpp>
 #include <gpuml/select.hpp>
 
 #include <algorithm>
@@ -30,10 +31,21 @@ struct NeighborsParams {
 
 namespace detail {
 
-/// The one place that picks the engine for a backend. Every backend runs on the host engine for now.
+/// The one place that picks the engine for a backend: the Vulkan kernel (kernels::knn_search) on a Vulkan
+/// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
+/// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
+/// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
+/// storage-buffer binding, or more than 2^32 - 2 database rows. Both engines return the same result contract
+/// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
 template <class T>
 KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
-  (void)backend;  // the Vulkan engine will branch here on backend.is_vulkan()
+  if (backend.is_vulkan()) {
+    try {
+      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric);
+    } catch (const unsupported&) {
+      // documented fallback above
+    }
+  }
   return host::knn_search<T>(database, queries, k, metric);
 }
 

@@ -1,0 +1,277 @@
+// The Vulkan k-NN kernel (kernels::knn_search) directly: against the host engine and against an independent
+// double-precision brute force, for every metric, k from 1 to the kernel's maximum, float and double, awkward
+// shapes, duplicates and exact ties, a database larger than one storage-buffer binding, strided views, bad input.
+#include "support.hpp"
+
+#include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/kernels/knn.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gpuml::IndexMatrix;
+using gpuml::Matrix;
+using gpuml::MatrixView;
+using gpuml::Metric;
+using gpuml::testing::random_matrix;
+template <class T>
+using Result = gpuml::host::KnnResult<T>;
+
+const std::vector<Metric> kMetrics = {Metric::euclidean, Metric::sqeuclidean, Metric::manhattan,
+                                      Metric::cosine,    Metric::chebyshev,   Metric::inner_product};
+
+/// The Vulkan device of the test backends (lavapipe by default), or nullptr.
+gpuml::vulkan::Device* test_device() {
+  static const std::vector<gpuml::testing::NamedBackend> all = gpuml::testing::backends();
+  for (const auto& b : all)
+    if (b.backend.is_vulkan()) return b.backend.device();
+  return nullptr;
+}
+
+#define REQUIRE_DEVICE()                                                 \
+  gpuml::vulkan::Device* device = test_device();                         \
+  if (!device) GTEST_SKIP() << "no Vulkan device (GPUML_TEST_DEVICE)"; \
+  static_cast<void>(0)
+
+/// Value as reported (distance, or inner product) in double with plain loops; key = the ascending sort key.
+template <class T>
+double ref_value(MatrixView<T> A, Eigen::Index i, MatrixView<T> B, Eigen::Index j, Metric m) {
+  double acc = 0, na = 0, nb = 0;
+  for (Eigen::Index f = 0; f < A.cols(); ++f) {
+    const double a = A(i, f), b = B(j, f);
+    switch (m) {
+      case Metric::euclidean:
+      case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
+      case Metric::manhattan: acc += std::abs(a - b); break;
+      case Metric::chebyshev: acc = std::max(acc, std::abs(a - b)); break;
+      case Metric::cosine:
+      case Metric::inner_product:
+        acc += a * b;
+        na += a * a;
+        nb += b * b;
+        break;
+    }
+  }
+  if (m == Metric::euclidean) return std::sqrt(acc);
+  if (m == Metric::cosine) return (na == 0 || nb == 0) ? 1.0 : std::clamp(1.0 - acc / std::sqrt(na * nb), 0.0, 2.0);
+  return acc;
+}
+
+template <class T>
+double tolerance(double scale) {
+  return (std::is_same_v<T, float> ? 2e-4 : 1e-9) * (1.0 + std::abs(scale));
+}
+
+/// Checks `got` against the double brute force: every reported value within tolerance of the exact value of its
+/// index, sorted (ties by index), no repeats, and the index set exact wherever the k-th value is separated from
+/// the next one by more than rounding (otherwise every returned index must be within rounding of the cut).
+template <class T>
+void expect_matches_reference(const Result<T>& got, MatrixView<T> db, MatrixView<T> q, int k, Metric m) {
+  ASSERT_EQ(got.indices.rows(), q.rows());
+  ASSERT_EQ(got.indices.cols(), k);
+  const double sign = m == Metric::inner_product ? -1.0 : 1.0;
+  std::vector<std::pair<double, Eigen::Index>> all(static_cast<std::size_t>(db.rows()));
+  for (Eigen::Index i = 0; i < q.rows(); ++i) {
+    for (Eigen::Index j = 0; j < db.rows(); ++j) all[j] = {sign * ref_value<T>(q, i, db, j, m), j};
+    std::sort(all.begin(), all.end());
+    const double kth = all[k - 1].first, tol = tolerance<T>(kth);
+    const bool separated = k == db.rows() || all[k].first - kth > tol;
+    std::set<std::int64_t> seen;
+    for (int c = 0; c < k; ++c) {
+      const std::int64_t j = got.indices(i, c);
+      ASSERT_TRUE(j >= 0 && j < db.rows()) << "query " << i << " column " << c;
+      ASSERT_TRUE(seen.insert(j).second) << "query " << i << " repeats index " << j;
+      const double exact = ref_value<T>(q, i, db, j, m);
+      EXPECT_NEAR(static_cast<double>(got.distances(i, c)), exact, tolerance<T>(exact))
+          << metric_name(m) << " query " << i << " column " << c << " index " << j;
+      EXPECT_LE(sign * exact, kth + tol) << metric_name(m) << " query " << i << " index " << j << " is not among the k best";
+      if (c > 0) {
+        const T prev = got.distances(i, c - 1), cur = got.distances(i, c);
+        if (m == Metric::inner_product) {
+          EXPECT_GE(prev, cur) << "query " << i;
+        } else {
+          EXPECT_LE(prev, cur) << "query " << i;
+        }
+        // (Euclidean is sorted on squared distances: distinct ones may round to one square root.)
+        if (prev == cur && m != Metric::euclidean) {
+          EXPECT_LT(got.indices(i, c - 1), j) << "tie not broken by the lower index, query " << i;
+        }
+      }
+    }
+    if (separated) {
+      for (int c = 0; c < k; ++c)
+        EXPECT_TRUE(seen.count(all[c].second)) << metric_name(m) << " query " << i << " misses index " << all[c].second;
+    }
+  }
+}
+
+/// The kernel against the host engine: identical index sets (and order) wherever values are separated by more
+/// than rounding; values within tolerance everywhere.
+template <class T>
+void expect_matches_host(const Result<T>& got, const Result<T>& host, Metric m) {
+  ASSERT_EQ(got.indices.rows(), host.indices.rows());
+  ASSERT_EQ(got.indices.cols(), host.indices.cols());
+  const int k = static_cast<int>(got.indices.cols());
+  for (Eigen::Index i = 0; i < got.indices.rows(); ++i) {
+    for (int c = 0; c < k; ++c) {
+      const double h = host.distances(i, c);
+      EXPECT_NEAR(static_cast<double>(got.distances(i, c)), h, tolerance<T>(h)) << metric_name(m) << " query " << i;
+      const double tol = tolerance<T>(h);
+      const bool left = c == 0 || std::abs(h - static_cast<double>(host.distances(i, c - 1))) > tol;
+      const bool right = c == k - 1 || std::abs(static_cast<double>(host.distances(i, c + 1)) - h) > tol;
+      // Values equal (not just close) in both engines must be ordered by index in both, so they agree too.
+      if (left && right) {
+        EXPECT_EQ(got.indices(i, c), host.indices(i, c)) << metric_name(m) << " query " << i << " column " << c;
+      }
+    }
+  }
+}
+
+template <class T>
+class KnnKernel : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KnnKernel, Scalars);
+
+TYPED_TEST(KnnKernel, EveryMetricAndKOnAwkwardShapes) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  struct Shape {
+    Eigen::Index n, m, d;
+  };
+  // Sizes that are multiples of no tile; k = 1, small, and larger than the tiles (64 x 64).
+  for (const Shape s : {Shape{1003, 77, 19}, Shape{301, 5, 3}}) {
+    const Matrix<T> db = random_matrix<T>(s.n, s.d, 11 + s.n), q = random_matrix<T>(s.m, s.d, 12 + s.n);
+    for (Metric m : kMetrics)
+      for (int k : {1, 7, 150}) {
+        SCOPED_TRACE(std::string(metric_name(m)) + " n=" + std::to_string(s.n) + " k=" + std::to_string(k));
+        const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
+        expect_matches_reference<T>(got, db, q, k, m);
+        expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
+      }
+  }
+}
+
+TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  constexpr int kmax = static_cast<int>(gpuml::kernels::default_knn_policy<T>::max_k);
+  const Matrix<T> db = random_matrix<T>(kmax + 37, 6, 21), q = random_matrix<T>(3, 6, 22);
+  for (Metric m : {Metric::sqeuclidean, Metric::inner_product})
+    for (int k : {kmax - 1, kmax}) {
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
+      expect_matches_reference<T>(got, db, q, k, m);
+      expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
+    }
+  // k = n: every row, in order.
+  const Matrix<T> small = random_matrix<T>(90, 6, 23);
+  expect_matches_reference<T>(gpuml::kernels::knn_search<T>(*device, small, q, 90, Metric::euclidean), small, q, 90,
+                              Metric::euclidean);
+}
+
+TYPED_TEST(KnnKernel, DuplicatesAndExactTiesGoToTheLowerIndex) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // Small integer data: every value is exact in both engines, so ties are exact and both must agree exactly.
+  Matrix<T> db = random_matrix<T>(517, 4, 31, 0.0, 3.0).array().floor().matrix();
+  for (Eigen::Index i = 0; i < 60; ++i) db.row(300 + i) = db.row(i);  // duplicates far apart
+  const Matrix<T> q = db.topRows(45);
+  for (Metric m : {Metric::euclidean, Metric::sqeuclidean, Metric::manhattan, Metric::chebyshev, Metric::inner_product})
+    for (int k : {1, 9, 70}) {
+      SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
+      const auto host = gpuml::host::knn_search<T>(db, q, k, m);
+      EXPECT_EQ(got.indices, host.indices);
+      EXPECT_EQ(got.distances, host.distances);
+      expect_matches_reference<T>(got, db, q, k, m);
+      if (m != Metric::inner_product) {
+        for (Eigen::Index i = 0; i < q.rows(); ++i) EXPECT_EQ(got.distances(i, 0), T(0)) << "query " << i;
+      }
+    }
+  // Non-integer duplicates: the query itself and its copy at distance exactly 0, lower index first.
+  Matrix<T> r = random_matrix<T>(200, 33, 32);
+  r.row(150) = r.row(20);
+  for (Metric m : {Metric::euclidean, Metric::sqeuclidean, Metric::cosine}) {
+    const auto got = gpuml::kernels::knn_search<T>(*device, r, r.middleRows(20, 1), 3, m);
+    EXPECT_EQ(got.indices(0, 0), 20);
+    EXPECT_EQ(got.indices(0, 1), 150);
+    EXPECT_EQ(got.distances(0, 0), T(0));
+    EXPECT_EQ(got.distances(0, 1), T(0));
+  }
+}
+
+TYPED_TEST(KnnKernel, CosineOfZeroVectorIsOne) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  Matrix<T> db = random_matrix<T>(70, 5, 41);
+  db.row(3).setZero();
+  Matrix<T> q = random_matrix<T>(4, 5, 42);
+  q.row(1).setZero();
+  const auto got = gpuml::kernels::knn_search<T>(*device, db, q, 70, Metric::cosine);
+  for (int c = 0; c < 70; ++c) EXPECT_EQ(got.distances(1, c), T(1));
+  for (int c = 0; c < 70; ++c) EXPECT_EQ(got.indices(1, c), c);  // all ties: index order
+  expect_matches_reference<T>(got, db, q, 70, Metric::cosine);
+}
+
+TYPED_TEST(KnnKernel, StridedViews) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  const Matrix<T> big = random_matrix<T>(400, 30, 51);
+  const MatrixView<T> db = big.block(10, 3, 350, 17), q = big.block(0, 5, 40, 17);
+  for (Metric m : {Metric::euclidean, Metric::manhattan}) {
+    const auto got = gpuml::kernels::knn_search<T>(*device, db, q, 12, m);
+    expect_matches_reference<T>(got, db, q, 12, m);
+    expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, 12, m), m);
+  }
+}
+
+TEST(KnnKernelLarge, DatabaseLargerThanOneBinding) {
+  REQUIRE_DEVICE();
+  const std::uint64_t row_bytes = 128 * sizeof(float);
+  const auto rows = static_cast<Eigen::Index>(std::min<std::uint64_t>(device->max_buffer_bytes() / row_bytes + 7001, 2'000'000));
+  if (rows * row_bytes <= device->max_buffer_bytes()) GTEST_SKIP() << "the device's bindings are too large to test";
+  const Matrix<float> db = random_matrix<float>(rows, 128, 61), q = random_matrix<float>(3, 128, 62);
+  // The same query rows copied at both ends of the database: each query's first two neighbours cross blocks.
+  Matrix<float> dbx = db;
+  dbx.row(5) = q.row(0);
+  dbx.row(rows - 3) = q.row(0);
+  for (Metric m : {Metric::euclidean, Metric::inner_product}) {
+    const auto got = gpuml::kernels::knn_search<float>(*device, dbx, q, 5, m);
+    expect_matches_host<float>(got, gpuml::host::knn_search<float>(dbx, q, 5, m), m);
+    if (m == Metric::euclidean) {
+      EXPECT_EQ(got.indices(0, 0), 5);
+      EXPECT_EQ(got.indices(0, 1), rows - 3);
+      EXPECT_EQ(got.distances(0, 1), 0.0f);
+    }
+  }
+}
+
+TEST(KnnKernelInput, RejectsBadInput) {
+  REQUIRE_DEVICE();
+  const Matrix<float> db = random_matrix<float>(50, 4, 71), q = random_matrix<float>(3, 4, 72);
+  const Matrix<float> q5 = random_matrix<float>(3, 5, 73), empty(0, 4);
+  EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, db, q, 0, Metric::euclidean), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, db, q, 51, Metric::euclidean), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, db, q5, 2, Metric::euclidean), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, empty, q, 1, Metric::euclidean), gpuml::invalid_input);
+  // No queries: an empty result of the right shape.
+  const auto none = gpuml::kernels::knn_search<float>(*device, db, Matrix<float>(0, 4), 3, Metric::cosine);
+  EXPECT_EQ(none.indices.rows(), 0);
+  EXPECT_EQ(none.indices.cols(), 3);
+  // k above the kernel's limit: unsupported on the device, while the estimator falls back to the host engine.
+  constexpr int kmax = static_cast<int>(gpuml::kernels::default_knn_policy<float>::max_k);
+  const Matrix<float> wide = random_matrix<float>(kmax + 5, 2, 74);
+  EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, wide, q.leftCols(2), kmax + 1, Metric::euclidean),
+               gpuml::unsupported);
+  const auto backend = gpuml::Backend::on(std::shared_ptr<gpuml::vulkan::Device>(std::shared_ptr<void>(), device));
+  const auto via_estimator =
+      gpuml::detail::run_knn<float>(backend, wide, q.leftCols(2), kmax + 1, Metric::euclidean);
+  EXPECT_EQ(via_estimator.indices, gpuml::host::knn_search<float>(wide, q.leftCols(2), kmax + 1, Metric::euclidean).indices);
+}
+
+}  // namespace
