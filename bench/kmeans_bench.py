@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""k-means benchmark: gpuml-kmeans on each chosen backend next to scikit-learn, scikit-learn-intelex and (on a GPU
+machine) PyTorch, all in one run, on the same data with the same initial centres.
+
+The workload is the seed's: n samples (default 1,000,000) of blobs-like float32 data, d=14, k=127, init = the first
+k samples, max_iter=100, tol=0, n_init=1. It is written once (by peers.write_workload, or by gpuml-kmeans
+--write-synthetic with --data-from gpuml) as X.npy + init.npy; every implementation reads the same files.
+
+Prints a markdown table: ms per iteration, achieved TFLOP/s (2nkd per iteration), and each row's time per
+iteration relative to the baseline gpuml row (> 1: slower than gpuml). A peer that is not installed (or a backend
+that is not present) is skipped with a note.
+
+    python3 bench/kmeans_bench.py                                 # host + gpu (if present) + sklearn + sklearnex
+    python3 bench/kmeans_bench.py --n 200000 --backends host,cpu --peers sklearn
+    python3 bench/kmeans_bench.py --backends gpu,host --peers sklearn,sklearnex,torch   # GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import peers  # noqa: E402  (numpy only at import; torch is imported inside peers.torch_*)
+
+
+def find_binary(name: str, subdir: str, given: str | None) -> Path:
+    if given:
+        p = Path(given)
+        if not p.is_file():
+            sys.exit(f"error: {p} does not exist")
+        return p
+    candidates = [ROOT / "build" / subdir / name] + sorted(ROOT.glob(f"build*/{subdir}/{name}"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    sys.exit(f"error: {name} not found under {ROOT}/build*/{subdir}; build it first:\n"
+             f"  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target {name}")
+
+
+def run_json(cmd: list[str], timeout: float | None = None) -> tuple[dict | None, str]:
+    """Runs a gpuml program; returns (the JSON object on its last stdout line, or None; a note on failure)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    lines = [l for l in p.stdout.strip().splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        first = next((i for i, l in enumerate(msg) if "error:" in l), max(len(msg) - 1, 0))
+        return None, f"exit {p.returncode}: " + (" ".join(l.strip() for l in msg[first:first + 3]) if msg else "no output")
+    return json.loads(lines[-1]), (p.stderr.strip().replace("\n", "; ") if p.stderr.strip() else "")
+
+
+def fmt(x, spec):
+    return "–" if x is None else format(x, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000, help="samples (default 1,000,000)")
+    ap.add_argument("--d", type=int, default=14)
+    ap.add_argument("--k", type=int, default=127)
+    ap.add_argument("--max-iter", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0, help="workload seed (peers.write_workload)")
+    ap.add_argument("--data-dir", help="where X.npy and init.npy go (default: a temporary directory)")
+    ap.add_argument("--data-from", choices=["peers", "gpuml"], default="peers",
+                    help="write the data with peers.write_workload (default) or gpuml-kmeans --write-synthetic")
+    ap.add_argument("--backends", default="host,gpu",
+                    help="gpuml devices to run, comma-separated: host, gpu, discrete, integrated, cpu (lavapipe), N, "
+                         "a name, or none (default host,gpu; absent ones are skipped)")
+    ap.add_argument("--peers", default="sklearn,sklearnex,torch",
+                    help="peers, comma-separated: sklearn, sklearnex, torch, or none (default all; torch is skipped "
+                         "without torch or CUDA)")
+    ap.add_argument("--torch-device", default="cuda")
+    ap.add_argument("--repeat", type=int, default=1, help="gpuml fits per backend; the best is reported")
+    ap.add_argument("--no-warmup", action="store_true", help="do not pass --warmup to gpuml-kmeans")
+    ap.add_argument("--baseline", help="the gpuml backend the ratios refer to (default: the first that ran)")
+    ap.add_argument("--bin", help="path to gpuml-kmeans (default: build*/examples/gpuml-kmeans)")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per gpuml run")
+    ap.add_argument("--json-out", help="also write every result as JSON here")
+    args = ap.parse_args()
+
+    binary = find_binary("gpuml-kmeans", "examples", args.bin)
+    tmp = None
+    if args.data_dir:
+        data_dir = Path(args.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="gpuml-kmeans-bench-")
+        data_dir = Path(tmp.name)
+    x_path, init_path = data_dir / "X.npy", data_dir / "init.npy"
+    if args.data_from == "peers":
+        peers.write_workload(data_dir, args.n, args.d, args.k, args.seed)
+        source = f"peers.write_workload(n={args.n}, d={args.d}, k={args.k}, seed={args.seed})"
+    else:
+        out, note = run_json([str(binary), "--write-synthetic", str(x_path), "--n-samples", str(args.n),
+                              "--n-features", str(args.d), "--n-clusters", str(args.k), "--json"])
+        if out is None:
+            sys.exit(f"error: gpuml-kmeans --write-synthetic failed: {note}")
+        os.replace(data_dir / "X_init.npy", init_path)
+        source = f"gpuml-kmeans --write-synthetic (n={args.n}, d={args.d}, k={args.k})"
+
+    import numpy as np
+
+    X = np.load(x_path, mmap_mode="r")
+    init = np.load(init_path)
+    n, d = X.shape
+    k = init.shape[0]
+    flops_per_iter = 2.0 * n * k * d
+    rows: list[dict] = []
+    notes: list[str] = []
+
+    # gpuml, one run per backend.
+    for b in [s.strip() for s in args.backends.split(",") if s.strip() and s.strip() != "none"]:
+        cmd = [str(binary), "--input", str(x_path), "--init", str(init_path), "--n-clusters", str(k), "--max-iter",
+               str(args.max_iter), "--tol", "0", "--n-init", "1", "--device", b, "--json", "--repeat", str(args.repeat)]
+        if not args.no_warmup:
+            cmd.append("--warmup")
+        print(f"running gpuml-kmeans on {b} ...", file=sys.stderr, flush=True)
+        out, note = run_json(cmd, args.timeout)
+        if out is None:
+            notes.append(f"gpuml ({b}) skipped: {note}")
+            continue
+        if note:
+            notes.append(f"gpuml ({b}): {note}")
+        rows.append({"name": f"gpuml ({b})", "backend": b, "device": out["backend"], "n_iter": out["n_iter"],
+                     "inertia": out["inertia"], "seconds": out["fit_seconds"], "ms_per_iter": out["ms_per_iter"],
+                     "gpuml": True, "raw": out})
+
+    # Peers.
+    wanted = [s.strip() for s in args.peers.split(",") if s.strip() and s.strip() != "none"]
+    Xa = np.ascontiguousarray(X)
+    for peer in wanted:
+        print(f"running {peer} ...", file=sys.stderr, flush=True)
+        try:
+            if peer == "sklearn":
+                r = peers.sklearn_kmeans(Xa, init, max_iter=args.max_iter)
+                device = f"CPU, {r['threads']} threads"
+                ms = r["seconds_per_iter"] * 1e3
+                name = f"scikit-learn {r['version']}"
+                seconds = r["seconds"]
+            elif peer == "sklearnex":
+                if importlib.util.find_spec("sklearnex") is None:
+                    notes.append("sklearnex skipped: scikit-learn-intelex is not installed")
+                    continue
+                r = peers.sklearnex_kmeans(Xa, init, max_iter=args.max_iter)
+                device = f"CPU, {r['threads']} threads"
+                if r.get("accelerated") is False:
+                    notes.append("sklearnex reported falling back to scikit-learn for fit")
+                ms = r["seconds_per_iter"] * 1e3
+                name = f"scikit-learn-intelex {r['version']}"
+                seconds = r["seconds"]
+            elif peer == "torch":
+                if importlib.util.find_spec("torch") is None:
+                    notes.append("torch skipped: PyTorch is not installed")
+                    continue
+                r = peers.torch_kmeans(Xa, init, n_iter=args.max_iter, device=args.torch_device)
+                device = r["device"]
+                ms = r["ms_per_iter"]
+                name = f"torch {r['version']} (TF32 off)"
+                seconds = r["ms"] / 1e3
+            else:
+                notes.append(f"unknown peer '{peer}' skipped (sklearn, sklearnex, torch)")
+                continue
+        except Exception as e:  # a peer that cannot run here (no CUDA, ...) is a note, not a failure
+            notes.append(f"{peer} skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        for w in r.get("warnings", []):
+            notes.append(f"{peer}: {w}")
+        rows.append({"name": name, "device": device, "n_iter": r["n_iter"], "inertia": r["inertia"],
+                     "seconds": seconds, "ms_per_iter": ms, "gpuml": False, "raw": r})
+
+    gp = [r for r in rows if r["gpuml"]]
+    base = None
+    if args.baseline:
+        base = next((r for r in gp if r["backend"] == args.baseline), None)
+        if base is None:
+            notes.append(f"baseline gpuml ({args.baseline}) did not run; using the first gpuml row")
+    if base is None and gp:
+        base = gp[0]
+
+    print()
+    print(f"k-means: n={n:,} d={d} k={k} float32, init = the first {k} samples, max_iter={args.max_iter}, tol=0, "
+          f"n_init=1; data from {source}")
+    print()
+    ratio_head = f"time/iter vs {base['name']}" if base else "time/iter vs gpuml"
+    print(f"| implementation | device | n_iter | inertia | rel. inertia | fit s | ms/iter | TFLOP/s | {ratio_head} |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        tflops = flops_per_iter / (r["ms_per_iter"] * 1e-3) / 1e12 if r["ms_per_iter"] > 0 else None
+        rel = (r["inertia"] / base["inertia"] - 1.0) if base and base["inertia"] else None
+        ratio = r["ms_per_iter"] / base["ms_per_iter"] if base and base["ms_per_iter"] > 0 else None
+        print(f"| {r['name']} | {r['device']} | {r['n_iter']} | {r['inertia']:.6g} | {fmt(rel, '+.1e')} | "
+              f"{r['seconds']:.3f} | {r['ms_per_iter']:.3f} | {fmt(tflops, '.4f')} | {fmt(ratio, '.2f')} |")
+    print()
+    print("ms/iter = fit time / n_iter (scikit-learn and gpuml: whole fit incl. validation and the final labelling; "
+          "torch: the Lloyd loop on data already on the GPU). TFLOP/s counts 2nkd per iteration. "
+          "rel. inertia is against the baseline row; implementations that stop at different iterations differ.")
+    for note in notes:
+        print(f"- note: {note}")
+
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"n": n, "d": d, "k": k, "max_iter": args.max_iter, "source": source,
+                       "results": [r["raw"] | {"name": r["name"]} for r in rows], "notes": notes}, f, indent=1)
+    if tmp:
+        tmp.cleanup()
+    return 0 if gp else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
