@@ -6,11 +6,11 @@
 // Grid: x = query tile (WY*TM queries), y = database split (split_rows rows, a multiple of WX*TN).
 // Per database tile of WX*TN rows the workgroup computes the (WY*TM) x (WX*TN) block of selection values
 // GEMM-style in registers (features staged through shared memory BK at a time, as pairwise_sq_distances), then
-// stores it to shared memory and flags the queries for which some value reaches the query's threshold (the
-// value of its current k-th best). Only flagged queries are scanned, by one thread each, which inserts into a
-// bounded max-heap of (value, index) pairs kept in the output buffers (global memory, k entries per query and
-// split, initialised to (+inf, 0xffffffff) sentinels). Once the heaps are warm nearly every tile is rejected by
-// one compare per value.
+// flags the queries for which some value reaches the query's threshold (the value of its current k-th best).
+// Once the heaps are warm almost no tile flags anything, so nearly every value is rejected by one compare.
+// Otherwise the values are staged through shared memory SR queries at a time (over the staging tiles) and each
+// flagged query is scanned by one thread, which inserts into a bounded max-heap of (value, index) pairs kept in
+// the output buffers (global memory, k entries per query and split, initialised to (+inf, 0xffffffff)).
 //
 // Order: (value, index) lexicographic, so equal values go to the lower database index and the kept set does not
 // depend on the tiling or the number of splits. Every value is formed by the same instruction sequence (an FMA
@@ -31,6 +31,10 @@ layout(local_size_x_id = 0, local_size_y_id = 1) in;
 const uint BM = WY * TM;  // queries per workgroup
 const uint BN = WX * TN;  // database rows per tile
 const uint NT = WX * WY;
+// Shared memory: the feature staging tiles, reused between tiles for the values of SR queries at a time.
+const uint A_SIZE = BK * (BM + 1);
+const uint STAGE = A_SIZE + BK * (BN + 1);
+const uint SR = (STAGE / (BN + 1) < BM) ? STAGE / (BN + 1) : BM;
 const uint SQEUCLIDEAN = 0, MANHATTAN = 1, CHEBYSHEV = 2, COSINE = 3, INNER_PRODUCT = 4;
 const uint NONE = 0xffffffffu;
 
@@ -44,14 +48,13 @@ layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
 // the block's first row.
 layout(push_constant) uniform Push { uint m; uint n; uint d; uint k; uint split_rows; uint base; } p;
 
-shared scalar As[BK * (BM + 1)];
-shared scalar Bs[BK * (BN + 1)];
-shared scalar S[BM * (BN + 1)];
+shared scalar smem[STAGE];
 shared scalar qaux[BM];
 shared scalar xaux[BN];
 shared scalar thr[BM];
 shared uint thr_idx[BM];
 shared uint flag[BM];
+shared uint any_flag;
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 
@@ -88,6 +91,7 @@ void main() {
     thr_idx[r] = NONE;
     flag[r] = 0;
   }
+  if (tid == 0) any_flag = 0;
 
   for (uint col0 = c_begin; col0 < c_end; col0 += BN) {
     for (uint c = tid; c < BN; c += NT) {
@@ -100,17 +104,17 @@ void main() {
     for (uint k0 = 0; k0 < p.d; k0 += BK) {
       for (uint e = tid; e < BM * BK; e += NT) {
         const uint r = e / BK, kk = e % BK, gr = row0 + r, gk = k0 + kk;
-        As[kk * (BM + 1) + r] = (gr < p.m && gk < p.d) ? Q[gr * p.d + gk] : scalar(0);
+        smem[kk * (BM + 1) + r] = (gr < p.m && gk < p.d) ? Q[gr * p.d + gk] : scalar(0);
       }
       for (uint e = tid; e < BN * BK; e += NT) {
         const uint c = e / BK, kk = e % BK, gc = col0 + c, gk = k0 + kk;
-        Bs[kk * (BN + 1) + c] = (gc < c_end && gk < p.d) ? X[gc * p.d + gk] : scalar(0);
+        smem[A_SIZE + kk * (BN + 1) + c] = (gc < c_end && gk < p.d) ? X[gc * p.d + gk] : scalar(0);
       }
       barrier();
       for (uint kk = 0; kk < BK; ++kk) {
         scalar a[TM], b[TN];
-        for (uint i = 0; i < TM; ++i) a[i] = As[kk * (BM + 1) + i * WY + ty];
-        for (uint j = 0; j < TN; ++j) b[j] = Bs[kk * (BN + 1) + j * WX + tx];
+        for (uint i = 0; i < TM; ++i) a[i] = smem[kk * (BM + 1) + i * WY + ty];
+        for (uint j = 0; j < TN; ++j) b[j] = smem[A_SIZE + kk * (BN + 1) + j * WX + tx];
         for (uint i = 0; i < TM; ++i)
           for (uint j = 0; j < TN; ++j) {
             if (METRIC == MANHATTAN) {
@@ -125,7 +129,8 @@ void main() {
       barrier();
     }
 
-    // Selection values into shared memory; flag the queries some value may enter.
+    // Selection values (in place in the accumulators); flag the queries some value may enter. Once the
+    // thresholds are warm almost no tile flags anything and the workgroup moves straight on.
     for (uint i = 0; i < TM; ++i) {
       const uint r = i * WY + ty;
       const scalar t = thr[r];
@@ -137,43 +142,59 @@ void main() {
         else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qaux[r] * xaux[c]), scalar(0), scalar(2));
         else if (METRIC == INNER_PRODUCT) v = -s;
         else v = s;
-        S[r * (BN + 1) + c] = v;
-        if (col0 + c < c_end && v <= t) flag[r] = 1;
-      }
-    }
-    barrier();
-
-    for (uint r = tid; r < BM; r += NT) {
-      const uint q = row0 + r;
-      if (flag[r] == 0 || q >= p.m) continue;
-      flag[r] = 0;
-      const uint h = (split * p.m + q) * p.k;
-      scalar t = thr[r];
-      uint ti = thr_idx[r];
-      const uint cn = min(BN, c_end - col0);
-      for (uint c = 0; c < cn; ++c) {
-        const scalar v = S[r * (BN + 1) + c];
-        const uint vi = p.base + col0 + c;
-        if (!before(v, vi, t, ti)) continue;
-        // Replace the root (the worst kept pair) and sift down.
-        uint pos = 0;
-        for (;;) {
-          uint ch = 2 * pos + 1;
-          if (ch >= p.k) break;
-          if (ch + 1 < p.k && before(hv[h + ch], hi[h + ch], hv[h + ch + 1], hi[h + ch + 1])) ++ch;
-          if (!before(v, vi, hv[h + ch], hi[h + ch])) break;
-          hv[h + pos] = hv[h + ch];
-          hi[h + pos] = hi[h + ch];
-          pos = ch;
+        acc[i * TN + j] = v;
+        if (col0 + c < c_end && v <= t) {
+          flag[r] = 1;
+          any_flag = 1;
         }
-        hv[h + pos] = v;
-        hi[h + pos] = vi;
-        t = hv[h];
-        ti = hi[h];
       }
-      thr[r] = t;
-      thr_idx[r] = ti;
     }
     barrier();
+    if (any_flag == 0) continue;  // uniform: read by every thread after the barrier, reset only below
+
+    // SR queries at a time: values to shared memory (over the staging tiles), flagged queries scanned by one
+    // thread each into their heaps.
+    for (uint r0 = 0; r0 < BM; r0 += SR) {
+      for (uint i = 0; i < TM; ++i) {
+        const uint r = i * WY + ty;
+        if (r < r0 || r >= r0 + SR) continue;
+        for (uint j = 0; j < TN; ++j) smem[(r - r0) * (BN + 1) + j * WX + tx] = acc[i * TN + j];
+      }
+      barrier();
+      for (uint r = r0 + tid; r < min(r0 + SR, BM); r += NT) {
+        const uint q = row0 + r;
+        if (flag[r] == 0) continue;
+        flag[r] = 0;
+        if (q >= p.m) continue;
+        const uint h = (split * p.m + q) * p.k;
+        scalar t = thr[r];
+        uint ti = thr_idx[r];
+        const uint cn = min(BN, c_end - col0);
+        for (uint c = 0; c < cn; ++c) {
+          const scalar v = smem[(r - r0) * (BN + 1) + c];
+          const uint vi = p.base + col0 + c;
+          if (!before(v, vi, t, ti)) continue;
+          // Replace the root (the worst kept pair) and sift down.
+          uint pos = 0;
+          for (;;) {
+            uint ch = 2 * pos + 1;
+            if (ch >= p.k) break;
+            if (ch + 1 < p.k && before(hv[h + ch], hi[h + ch], hv[h + ch + 1], hi[h + ch + 1])) ++ch;
+            if (!before(v, vi, hv[h + ch], hi[h + ch])) break;
+            hv[h + pos] = hv[h + ch];
+            hi[h + pos] = hi[h + ch];
+            pos = ch;
+          }
+          hv[h + pos] = v;
+          hi[h + pos] = vi;
+          t = hv[h];
+          ti = hi[h];
+        }
+        thr[r] = t;
+        thr_idx[r] = ti;
+      }
+      barrier();
+    }
+    if (tid == 0) any_flag = 0;
   }
 }

@@ -56,11 +56,11 @@ struct KnnTile {
   static constexpr std::uint32_t block_queries = WY * TM, block_rows = WX * TN, threads = WX * WY;
   static constexpr std::uint32_t max_k = MaxK, target_groups = TargetGroups;
 
+  /// Staging tiles (reused for SR queries' values at a time), query and row norms, thresholds, flags.
   template <class T>
   static constexpr std::uint64_t shared_bytes() {
-    const std::uint64_t scalars = std::uint64_t(BK) * (block_queries + 1) + std::uint64_t(BK) * (block_rows + 1) +
-                                  std::uint64_t(block_queries) * (block_rows + 1) + 2 * block_queries + block_rows;
-    return sizeof(T) * scalars + 2 * sizeof(std::uint32_t) * block_queries;
+    const std::uint64_t stage = std::uint64_t(BK) * (block_queries + 1) + std::uint64_t(BK) * (block_rows + 1);
+    return sizeof(T) * (stage + 2 * block_queries + block_rows) + sizeof(std::uint32_t) * (2 * block_queries + 1);
   }
   template <class T>
   static std::string misfit(const vulkan::DeviceInfo& d) {
@@ -74,10 +74,10 @@ struct KnnTile {
   static std::vector<std::uint32_t> constants(std::uint32_t metric_code) { return {WX, WY, TM, TN, BK, metric_code}; }
 };
 
-/// Defaults: 64 queries x 64 rows per tile (about 25 KiB of shared memory for float, within lavapipe's 32 KiB);
-/// double halves the queries per tile and BK to stay there.
+/// Defaults: 128 queries x 128 rows per tile, 8 x 8 values per thread (as the distance kernel); double halves BK
+/// to keep shared memory near 17 KiB (lavapipe allows 32 KiB, NVIDIA 48 KiB).
 template <class T>
-using default_knn_policy = std::conditional_t<sizeof(T) == 4, KnnTile<16, 16, 4, 4, 16>, KnnTile<16, 16, 2, 4, 8>>;
+using default_knn_policy = KnnTile<16, 16, 8, 8, sizeof(T) == 4 ? 16 : 8>;
 
 /// The shader's METRIC constant: euclidean selects on squared distances.
 constexpr std::uint32_t knn_metric_code(Metric m) {
