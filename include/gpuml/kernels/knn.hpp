@@ -126,12 +126,13 @@ KnnPlan plan(const vulkan::Device& device, std::uint64_t n, std::uint64_t m, std
   mb = std::min<std::uint64_t>(mb, std::max<std::uint64_t>(1, max_bytes / (k * s)));
   mb = std::min<std::uint64_t>(mb, 1u << 16);  // bounds the candidate buffers (and the host merge per round)
   p.batch_queries = std::max<std::uint64_t>(1, mb);
-  // Splits: enough workgroups to fill the device, each split at least one tile and 8k rows, candidate lists
-  // within one binding and about 256 MiB.
+  // Splits: enough workgroups to fill the device; each split at least 16 tiles and 16k rows, so the warm-up of
+  // its heaps (while every tile has candidates) stays a small part of it; candidate lists within one binding
+  // and about 256 MiB.
   const std::uint64_t tiles = ceil_div(std::min(m, p.batch_queries), BQ);
   const std::uint64_t block = std::min(n, p.block_rows);
   std::uint64_t splits = ceil_div(Policy::target_groups, tiles);
-  splits = std::min(splits, std::max<std::uint64_t>(1, block / std::max<std::uint64_t>(BN, 8 * k)));
+  splits = std::min(splits, std::max<std::uint64_t>(1, block / std::max<std::uint64_t>(16 * BN, 16 * k)));
   const std::uint64_t list_bytes = std::min(m, p.batch_queries) * k * s;
   splits = std::min(splits, std::max<std::uint64_t>(1, std::min<std::uint64_t>(max_bytes, 256ull << 20) / list_bytes));
   splits = std::min<std::uint64_t>(splits, info.max_workgroup_count[1]);
