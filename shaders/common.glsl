@@ -4,8 +4,10 @@
 
 #if defined(GPUML_F64)
 #define scalar double
+scalar scalar_inf() { return packDouble2x32(uvec2(0u, 0x7FF00000u)); }
 #else
 #define scalar float
+scalar scalar_inf() { return uintBitsToFloat(0x7F800000u); }
 #endif
 
 // Dispatches wider than maxComputeWorkGroupCount.x are laid out as a 2-D grid of groups.

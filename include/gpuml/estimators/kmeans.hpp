@@ -9,6 +9,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/warnings.hpp>
 #include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/kmeans.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/select.hpp>
 
@@ -18,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -36,9 +38,23 @@ struct KMeansParams {
 
 namespace detail {
 
+/// The Vulkan device to run on, or nullptr for the host: float64 data on a device without shaderFloat64 runs on
+/// the host backend (with a warning), as documented in the README.
+template <class T>
+vulkan::Device* device_for(const Backend& backend) {
+  if (!backend.is_vulkan()) return nullptr;
+  if (std::is_same_v<T, double> && !backend.device()->info().float64) {
+    warn(backend.device()->info().name + " has no float64 support: KMeans<double> runs on the host backend");
+    return nullptr;
+  }
+  return backend.device();
+}
+
 template <class T, class Policy>
-host::LloydResult<T> run_lloyd(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
+host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose) {
+  if (auto* device = device_for<T>(backend))
+    return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose);
   return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose);
 }
 
@@ -49,7 +65,8 @@ Matrix<T> run_kmeans_plus_plus(const Backend& /*backend*/, MatrixView<T> X, Vect
 }
 
 template <class T, class Policy>
-Labels run_assign(const Backend& /*backend*/, MatrixView<T> X, const Matrix<T>& centers) {
+Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
+  if (auto* device = device_for<T>(backend)) return kernels::assign<T, Policy>(*device, X, centers);
   return host::assign<T>(X, centers);
 }
 

@@ -66,6 +66,9 @@ class Commands {
       if (b.bytes() > device_.max_binding_bytes())
         throw error(std::string("kernel ") + spec.code.name + ": a binding of " + std::to_string(b.bytes()) +
                     " bytes exceeds maxStorageBufferRange (the caller must split the operand)");
+      if (b.offset % limits.min_storage_buffer_offset_alignment != 0)
+        throw error(std::string("kernel ") + spec.code.name + ": a binding offset of " + std::to_string(b.offset) +
+                    " bytes is not a multiple of minStorageBufferOffsetAlignment");
       infos.push_back({b.buffer->handle(), b.offset, b.range == VK_WHOLE_SIZE ? b.bytes() : b.range});
     }
     std::vector<VkWriteDescriptorSet> writes(infos.size());

@@ -1,0 +1,277 @@
+// The Vulkan k-means engine: scikit-learn's Lloyd loop with the E-step and the partial M-step fused in one
+// dispatch per chunk (shaders/kmeans_lloyd.comp), a fixed-order reduction of the partials, and the rest of the
+// M-step (averaging, empty-cluster relocation, convergence) on the host from k x (d + 1) numbers per iteration.
+// Results are bitwise identical from run to run on the same device and input.
+#pragma once
+
+#include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/kernels/distance.hpp>
+#include <gpuml/shaders/kmeans_inertia_f32.hpp>
+#include <gpuml/shaders/kmeans_inertia_f64.hpp>
+#include <gpuml/shaders/kmeans_lloyd_f32.hpp>
+#include <gpuml/shaders/kmeans_lloyd_f64.hpp>
+#include <gpuml/shaders/kmeans_reduce_f32.hpp>
+#include <gpuml/shaders/kmeans_reduce_f64.hpp>
+
+#include <cstdio>
+#include <vector>
+
+namespace gpuml::kernels {
+
+template <class T>
+struct KMeansShaders {
+  static constexpr bool f32 = std::is_same_v<T, float>;
+  static vulkan::ShaderCode lloyd() {
+    if constexpr (f32) return {shaders::kmeans_lloyd_f32, std::size(shaders::kmeans_lloyd_f32), "kmeans_lloyd_f32"};
+    else return {shaders::kmeans_lloyd_f64, std::size(shaders::kmeans_lloyd_f64), "kmeans_lloyd_f64"};
+  }
+  static vulkan::ShaderCode reduce() {
+    if constexpr (f32) return {shaders::kmeans_reduce_f32, std::size(shaders::kmeans_reduce_f32), "kmeans_reduce_f32"};
+    else return {shaders::kmeans_reduce_f64, std::size(shaders::kmeans_reduce_f64), "kmeans_reduce_f64"};
+  }
+  static vulkan::ShaderCode inertia() {
+    if constexpr (f32) return {shaders::kmeans_inertia_f32, std::size(shaders::kmeans_inertia_f32), "kmeans_inertia_f32"};
+    else return {shaders::kmeans_inertia_f64, std::size(shaders::kmeans_inertia_f64), "kmeans_inertia_f64"};
+  }
+};
+
+/// The specialisation of kmeans_lloyd for one problem (k, d) on one device: tiles shrink, and the partial sums
+/// move from shared to global memory, until the workgroup fits the device's shared memory.
+struct LloydPlan {
+  std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
+  std::uint64_t shared_bytes = 0;
+  std::vector<std::uint32_t> constants() const { return {threads, spt, kt, ks, ds, k, d, acc_shared}; }
+  std::uint32_t tile() const { return threads * spt; }
+};
+
+template <class T>
+LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d) {
+  LloydPlan pl;
+  pl.threads = tile.threads;
+  pl.spt = tile.samples_per_thread;
+  pl.k = k;
+  pl.d = d;
+  pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
+  pl.kt = std::min<std::uint32_t>(k, tile.centres_per_thread);
+  const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
+  const std::uint64_t s = sizeof(T), words = pl.threads / 32;
+  auto bytes = [&](std::uint32_t ks, bool acc) {
+    return s * (std::uint64_t(ks) * pl.ds + ks) + 4 * std::uint64_t(k) * words + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 4;
+  };
+  // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
+  // memory and the shared tile shrinks to one register tile.
+  const std::uint32_t all = (k + pl.kt - 1) / pl.kt * pl.kt;
+  const bool resident = nds == 1 && all <= tile.centre_tile && bytes(all, false) <= info.max_shared_memory;
+  pl.ks = resident ? all : pl.kt;
+  pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
+  pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
+  if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
+    throw unsupported("k-means tile policy cannot run on " + info.name + " for k=" + std::to_string(k) + ", d=" +
+                      std::to_string(d) + ": " + why + " (choose a policy with fewer threads)");
+  return pl;
+}
+
+/// Device-resident data of one fit: X, weights and labels in chunks that each fit one binding.
+template <class T, class Policy>
+class LloydEngine {
+ public:
+  LloydEngine(vulkan::Device& device, MatrixView<T> X, const T* weights, std::uint32_t k)
+      : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
+    require_scalar_support<T>(device);
+    const auto& info = device.info();
+    plan_ = plan_lloyd<T>(info, Policy::params(info), k, static_cast<std::uint32_t>(d_));
+    const std::uint64_t s = sizeof(T), tile = plan_.tile();
+    const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+    std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");
+    if (chunk < n_) chunk = std::max<std::uint64_t>(tile, chunk / tile * tile);
+    const std::uint64_t n_chunks = ceil_div(n_, chunk);
+    // Workgroups: enough to fill a large GPU, while all partials (k x (d+1) each) stay within one binding.
+    const std::uint64_t row = std::uint64_t(k) * (d_ + 1);
+    const std::uint64_t partial_budget = std::min<std::uint64_t>(max_bytes, std::uint64_t(256) << 20) / (row * s);
+    const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(4096, partial_budget / n_chunks));
+    const std::uint64_t needed = n_ * (d_ + 2) * s + n_chunks * per_chunk * row * s + 4 * row * s;
+    if (info.device_local_bytes && needed > info.device_local_bytes)
+      throw unsupported("k-means on " + info.name + " needs " + std::to_string(needed >> 20) + " MiB of device memory; it has " +
+                        std::to_string(info.device_local_bytes >> 20) + " MiB (use the host backend)");
+    for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) {
+      Chunk c;
+      c.first = r0;
+      c.rows = std::min(chunk, n_ - r0);
+      c.groups = static_cast<std::uint32_t>(std::min<std::uint64_t>({per_chunk, ceil_div(c.rows, tile), info.max_workgroup_count[0]}));
+      c.partial_base = parts_;
+      parts_ += c.groups;
+      c.x = device.buffer(c.rows * d_ * s);
+      c.w = device.buffer(c.rows * s);
+      c.labels = device.buffer(c.rows * 4);
+      vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
+      if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
+      chunks_.push_back(std::move(c));
+    }
+    centres_ = device.buffer(std::uint64_t(k) * d_ * s);
+    norms_ = device.buffer(std::uint64_t(k) * s);
+    centres_staging_ = device.buffer(row * s, vulkan::MemoryUse::upload);
+    partials_ = device.buffer(std::uint64_t(parts_) * row * s);
+    sums_ = device.buffer(row * s);
+    status_ = device.buffer(16);
+    readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
+    inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
+    lloyd_ = &device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants()});
+    reduce_ = &device.kernel({KMeansShaders<T>::reduce(), 2, 8, {kReduceLanes}});
+    inertia_ = &device.kernel({KMeansShaders<T>::inertia(), 5, 12, {kInertiaThreads, static_cast<std::uint32_t>(d_)}});
+  }
+
+  const LloydPlan& plan() const { return plan_; }
+
+  /// Marks every label as unknown, so the first E-step counts as a change (scikit-learn's labels_old = -1).
+  void reset_labels() {
+    vulkan::Commands cmds(dev_);
+    for (auto& c : chunks_) cmds.fill(c.labels, 0, c.rows * 4, 0xFFFFFFFFu);
+    cmds.submit_and_wait();
+  }
+
+  /// One E-step with centres C (and, with `update`, the weighted sums and weights per cluster).
+  /// Returns whether any label changed.
+  bool step(const Matrix<T>& C, bool update, Matrix<T>* sums, Vector<T>* weights) {
+    const std::uint64_t s = sizeof(T), kd = std::uint64_t(k_) * d_;
+    T* staged = static_cast<T*>(centres_staging_.mapped());
+    std::copy_n(C.data(), kd, staged);
+    for (std::uint32_t j = 0; j < k_; ++j) staged[kd + j] = C.row(j).squaredNorm();
+    vulkan::Commands cmds(dev_);
+    cmds.copy(centres_staging_, 0, centres_, 0, kd * s);
+    cmds.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
+    cmds.fill(status_, 0, 16, 0u);
+    cmds.barrier();
+    for (auto& c : chunks_) {
+      const std::uint32_t push[4] = {std::uint32_t(c.rows), c.groups, c.partial_base, update ? 1u : 0u};
+      cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, c.groups);
+    }
+    cmds.barrier();
+    const std::uint32_t elements = static_cast<std::uint32_t>(std::uint64_t(k_) * (d_ + 1));
+    if (update) {
+      const std::uint32_t push[2] = {elements, parts_};
+      cmds.dispatch(*reduce_, {partials_, sums_}, push, static_cast<std::uint32_t>(ceil_div(elements, 32)));
+      cmds.barrier();
+      cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * s);
+    }
+    cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 4);
+    cmds.submit_and_wait();
+    const T* out = static_cast<const T*>(readback_.mapped());
+    if (update) {
+      sums->resize(k_, d_);
+      weights->resize(k_);
+      for (std::uint32_t j = 0; j < k_; ++j) {
+        std::copy_n(out + std::uint64_t(j) * (d_ + 1), d_, sums->row(j).data());
+        (*weights)[j] = out[std::uint64_t(j) * (d_ + 1) + d_];
+      }
+    }
+    std::uint32_t changed = 0;
+    std::memcpy(&changed, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
+    return changed != 0;
+  }
+
+  /// sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences.
+  double inertia(const Matrix<T>& C) {
+    const std::uint64_t s = sizeof(T);
+    std::copy_n(C.data(), std::uint64_t(k_) * d_, static_cast<T*>(centres_staging_.mapped()));
+    vulkan::Commands cmds(dev_);
+    cmds.copy(centres_staging_, 0, centres_, 0, std::uint64_t(k_) * d_ * s);
+    cmds.barrier();
+    std::uint32_t groups_total = 0;
+    for (auto& c : chunks_) {
+      const std::uint32_t push[3] = {std::uint32_t(c.rows), c.groups, groups_total};
+      cmds.dispatch(*inertia_, {c.x, c.w, c.labels, centres_, inertia_parts_},
+                    push, c.groups);
+      groups_total += c.groups;
+    }
+    cmds.barrier();
+    cmds.copy(inertia_parts_, 0, readback_, 0, groups_total * s);
+    cmds.submit_and_wait();
+    const T* parts = static_cast<const T*>(readback_.mapped());
+    double total = 0;
+    for (std::uint32_t g = 0; g < groups_total; ++g) total += parts[g];
+    return total;
+  }
+
+  Labels labels() {
+    Labels out(static_cast<Eigen::Index>(n_));
+    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, out.data() + c.first, c.rows * 4);
+    return out;
+  }
+
+ private:
+  static constexpr std::uint32_t kReduceLanes = 8, kInertiaThreads = 128;
+  struct Chunk {
+    std::uint64_t first = 0, rows = 0;
+    std::uint32_t groups = 0, partial_base = 0;
+    vulkan::Buffer x, w, labels;
+  };
+  vulkan::Device& dev_;
+  std::uint64_t n_, d_;
+  std::uint32_t k_;
+  LloydPlan plan_;
+  std::vector<Chunk> chunks_;
+  std::uint32_t parts_ = 0;
+  vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
+  const vulkan::Kernel *lloyd_ = nullptr, *reduce_ = nullptr, *inertia_ = nullptr;
+};
+
+/// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`.
+template <class T, class Policy = kmeans_default_policy>
+host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
+                           int max_iter, double tol_absolute, bool verbose) {
+  namespace kd = host::kmeans_detail;
+  const Eigen::Index k = init_centers.rows();
+  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(k));
+  engine.reset_labels();
+  host::LloydResult<T> r;
+  Matrix<T> centers = init_centers, centers_new;
+  Vector<T> weights;
+  int i = 0;
+  for (; i < max_iter; ++i) {
+    const bool changed = engine.step(centers, true, &centers_new, &weights);
+    if ((weights.array() == T(0)).any()) {
+      // Rare: an empty cluster. Relocation needs the labels and the farthest samples, computed on the host.
+      const Labels labels = engine.labels();
+      kd::relocate_empty_clusters<T>(X, w, centers, labels, centers_new, weights);
+    }
+    kd::average_centers<T>(centers_new, weights);
+    if (verbose) {
+      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
+      std::printf("Iteration %d, inertia %s.\n", i, kd::py_repr(in).c_str());
+    }
+    T shift_tot = 0;
+    for (Eigen::Index j = 0; j < k; ++j) {
+      const T s = std::sqrt((centers_new.row(j) - centers.row(j)).squaredNorm());
+      shift_tot += s * s;
+    }
+    std::swap(centers, centers_new);
+    if (!changed) {
+      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
+      r.strict_convergence = true;
+      break;
+    }
+    if (static_cast<double>(shift_tot) <= tol_absolute) {
+      if (verbose)
+        std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
+                    kd::py_repr(static_cast<double>(shift_tot)).c_str(), kd::py_repr(tol_absolute).c_str());
+      break;
+    }
+  }
+  if (!r.strict_convergence) engine.step(centers, false, nullptr, nullptr);  // labels_ == predict(X)
+  r.centers = std::move(centers);
+  r.labels = engine.labels();
+  r.inertia = engine.inertia(r.centers);
+  r.n_iter = std::min(i + 1, max_iter);
+  return r;
+}
+
+/// Nearest centre of each row (predict), on `device`.
+template <class T, class Policy = kmeans_default_policy>
+Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
+  LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
+  engine.step(centers, false, nullptr, nullptr);
+  return engine.labels();
+}
+
+}  // namespace gpuml::kernels

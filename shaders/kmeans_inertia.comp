@@ -1,0 +1,38 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Per-workgroup partial inertia sum_i w_i ||x_i - c_{l_i}||^2, from differences (exact 0 when x == c), reduced
+// in a fixed order inside the group; the host adds the groups' partials in double.
+#include "common.glsl"
+
+layout(constant_id = 0) const uint THREADS = 128;  // a power of two
+layout(constant_id = 1) const uint D = 2;
+layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = 2) readonly buffer LabelBuf { uint labels[]; };
+layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = 4) writeonly buffer OutBuf { scalar partial[]; };
+layout(push_constant) uniform Push { uint rows; uint groups; uint partial_base; } p;
+
+shared scalar red[THREADS];
+
+void main() {
+  const uint t = gl_LocalInvocationID.x, g = linear_group_id();
+  scalar s = scalar(0);
+  for (uint i = g * THREADS + t; i < p.rows; i += p.groups * THREADS) {
+    const uint c = labels[i];
+    scalar d2 = scalar(0);
+    for (uint f = 0; f < D; ++f) {
+      const scalar diff = X[i * D + f] - C[c * D + f];
+      d2 += diff * diff;
+    }
+    s += d2 * W[i];
+  }
+  red[t] = s;
+  for (uint half_ = THREADS / 2; half_ > 0; half_ /= 2) {
+    barrier();
+    if (t < half_) red[t] += red[t + half_];
+  }
+  if (t == 0) partial[p.partial_base + g] = red[0];
+}

@@ -1,0 +1,176 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// One Lloyd E-step over a chunk of samples, fused with the partial M-step:
+//   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
+//   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster.
+// Persistent workgroups: group g takes sample tiles g, g + groups, ... in order. Distances come from register
+// tiles (SPT samples x KT centres per thread); the centres sit in shared memory when they all fit (KS x DS),
+// else they are read from global memory, the same address for every thread.
+// Partial sums are deterministic without float atomics: per round of THREADS samples every sample sets one bit in
+// its cluster's mask; the thread owning the cluster walks those bits in index order.
+#include "common.glsl"
+
+layout(constant_id = 0) const uint THREADS = 128;   // a multiple of 32
+layout(constant_id = 1) const uint SPT = 4;         // samples per thread per tile
+layout(constant_id = 2) const uint KT = 8;          // centres per register tile
+layout(constant_id = 3) const uint KS = 128;        // centres per shared tile (a multiple of KT)
+layout(constant_id = 4) const uint DS = 16;         // features per shared tile
+layout(constant_id = 5) const uint K = 8;           // clusters
+layout(constant_id = 6) const uint D = 2;           // features
+layout(constant_id = 7) const uint ACC_SHARED = 1;  // 1: partial sums in shared memory; 0: in the group's global region
+layout(local_size_x_id = 0) in;
+
+const uint NKS = (K + KS - 1) / KS;
+const uint NDS = (D + DS - 1) / DS;
+const uint KT_PER_KS = KS / KT;
+const uint WORDS = THREADS / 32;
+const uint DW = D + 1;  // a partial row: D weighted sums, then the weight
+const uint TILE = THREADS * SPT;
+
+layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = 2) buffer LabelBuf { uint labels[]; };
+layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = 4) readonly buffer CNormBuf { scalar cnorm[]; };
+layout(std430, binding = 5) buffer PartialBuf { scalar partials[]; };
+layout(std430, binding = 6) buffer StatusBuf { uint status[]; };
+
+layout(push_constant) uniform Push {
+  uint rows;          // samples in this chunk
+  uint groups;        // workgroups in this dispatch
+  uint partial_base;  // partial row-block of this dispatch's first workgroup
+  uint update;        // 0: labels only (predict, the final E-step)
+} p;
+
+shared scalar Cs[KS * DS];
+shared scalar Cn[KS];
+shared uint masks[K * WORDS];
+shared scalar Acc[K * DW * ACC_SHARED + 1];
+shared uint group_changed;
+
+void load_centres(uint cs, uint fs) {
+  barrier();
+  for (uint e = gl_LocalInvocationID.x; e < KS * DS; e += THREADS) {
+    const uint c = cs * KS + e / DS, f = fs * DS + e % DS;
+    Cs[e] = (c < K && f < D) ? C[c * D + f] : scalar(0);
+  }
+  for (uint e = gl_LocalInvocationID.x; e < KS; e += THREADS) {
+    const uint c = cs * KS + e;
+    Cn[e] = c < K ? cnorm[c] : scalar_inf();  // padding centres never win
+  }
+  barrier();
+}
+
+void acc_add(uint region, uint index, scalar v) {
+  if (ACC_SHARED != 0) Acc[index] += v;
+  else partials[region + index] += v;
+}
+
+void main() {
+  const uint t = gl_LocalInvocationID.x;
+  const uint g = linear_group_id();
+  const uint ntiles = (p.rows + TILE - 1) / TILE;
+  const uint region = (p.partial_base + g) * (K * DW);
+  const bool resident = NKS == 1 && NDS == 1;
+
+  // Each thread zeroes, accumulates and writes out only the partial rows of the clusters it owns.
+  if (p.update != 0)
+    for (uint c = t; c < K; c += THREADS)
+      for (uint f = 0; f < DW; ++f) {
+        if (ACC_SHARED != 0) Acc[c * DW + f] = scalar(0);
+        else partials[region + c * DW + f] = scalar(0);
+      }
+  if (t == 0) group_changed = 0u;
+  if (resident) load_centres(0, 0);
+
+  for (uint tile = g; tile < ntiles; tile += p.groups) {
+    const uint base = tile * TILE;
+    scalar best[SPT];
+    uint best_c[SPT];
+    for (uint s = 0; s < SPT; ++s) {
+      best[s] = scalar_inf();
+      best_c[s] = 0u;
+    }
+    scalar xr[SPT * DS];
+    if (NDS == 1)
+      for (uint s = 0; s < SPT; ++s) {
+        const uint i = base + s * THREADS + t;
+        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[i * D + f] : scalar(0);
+      }
+
+    for (uint cs = 0; cs < NKS; ++cs) {
+      for (uint kt = 0; kt < KT_PER_KS; ++kt) {
+        scalar acc[SPT * KT];
+        for (uint e = 0; e < SPT * KT; ++e) acc[e] = scalar(0);
+        for (uint fs = 0; fs < NDS; ++fs) {
+          if (NDS > 1)
+            for (uint s = 0; s < SPT; ++s) {
+              const uint i = base + s * THREADS + t;
+              for (uint f = 0; f < DS; ++f) {
+                const uint j = fs * DS + f;
+                xr[s * DS + f] = (i < p.rows && j < D) ? X[i * D + j] : scalar(0);
+              }
+            }
+          for (uint kk = 0; kk < KT; ++kk) {
+            const uint c = cs * KS + kt * KT + kk;
+            for (uint f = 0; f < DS; ++f) {
+              // Resident centres come from shared memory; otherwise the same value for every thread straight
+              // from global memory (cached), which needs no barriers inside these loops.
+              const uint j = fs * DS + f;
+              const scalar cv = resident ? Cs[(kt * KT + kk) * DS + f] : ((c < K && j < D) ? C[c * D + j] : scalar(0));
+              for (uint s = 0; s < SPT; ++s) acc[s * KT + kk] = fma(xr[s * DS + f], cv, acc[s * KT + kk]);
+            }
+          }
+        }
+        for (uint kk = 0; kk < KT; ++kk) {
+          const uint c = cs * KS + kt * KT + kk;
+          const scalar cn = resident ? Cn[kt * KT + kk] : (c < K ? cnorm[c] : scalar_inf());
+          for (uint s = 0; s < SPT; ++s) {
+            const scalar dist = cn - scalar(2) * acc[s * KT + kk];
+            if (dist < best[s]) {
+              best[s] = dist;
+              best_c[s] = c;
+            }
+          }
+        }
+      }
+    }
+
+    bool changed = false;
+    for (uint s = 0; s < SPT; ++s) {
+      const uint i = base + s * THREADS + t;
+      if (i < p.rows) {
+        changed = changed || labels[i] != best_c[s];
+        labels[i] = best_c[s];
+      }
+    }
+    if (changed) atomicOr(group_changed, 1u);
+
+    if (p.update != 0)
+      for (uint r = 0; r < SPT; ++r) {
+        barrier();
+        for (uint e = t; e < K * WORDS; e += THREADS) masks[e] = 0u;
+        barrier();
+        if (base + r * THREADS + t < p.rows) atomicOr(masks[best_c[r] * WORDS + (t >> 5)], 1u << (t & 31u));
+        barrier();
+        for (uint c = t; c < K; c += THREADS)
+          for (uint w = 0; w < WORDS; ++w) {
+            uint m = masks[c * WORDS + w];
+            while (m != 0u) {
+              const uint b = uint(findLSB(m));
+              m &= m - 1u;
+              const uint i = base + r * THREADS + w * 32u + b;
+              const scalar wi = W[i];
+              for (uint f = 0; f < D; ++f) acc_add(region, c * DW + f, X[i * D + f] * wi);
+              acc_add(region, c * DW + D, wi);
+            }
+          }
+      }
+  }
+
+  if (p.update != 0 && ACC_SHARED != 0)
+    for (uint c = t; c < K; c += THREADS)
+      for (uint f = 0; f < DW; ++f) partials[region + c * DW + f] = Acc[c * DW + f];
+  barrier();
+  if (t == 0 && group_changed != 0u) atomicOr(status[0], 1u);
+}

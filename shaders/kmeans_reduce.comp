@@ -1,0 +1,29 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// sums[e] = sum over q of partials[q * elements + e], in a fixed order (deterministic): a workgroup takes 32
+// consecutive elements; its LANES rows of threads each sum a fixed stride of q, then combine in lane order.
+#include "common.glsl"
+
+layout(constant_id = 0) const uint LANES = 8;
+layout(local_size_x = 32, local_size_y_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer PartialBuf { scalar partials[]; };
+layout(std430, binding = 1) writeonly buffer SumBuf { scalar sums[]; };
+layout(push_constant) uniform Push { uint elements; uint parts; } p;
+
+shared scalar lane_sums[LANES * 32];
+
+void main() {
+  const uint x = gl_LocalInvocationID.x, y = gl_LocalInvocationID.y;
+  const uint e = linear_group_id() * 32u + x;
+  scalar s = scalar(0);
+  if (e < p.elements)
+    for (uint q = y; q < p.parts; q += LANES) s += partials[q * p.elements + e];
+  lane_sums[y * 32u + x] = s;
+  barrier();
+  if (y == 0u && e < p.elements) {
+    scalar total = lane_sums[x];
+    for (uint l = 1; l < LANES; ++l) total += lane_sums[l * 32u + x];
+    sums[e] = total;
+  }
+}
