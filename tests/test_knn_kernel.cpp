@@ -157,6 +157,24 @@ TYPED_TEST(KnnKernel, EveryMetricAndKOnAwkwardShapes) {
   }
 }
 
+TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // 8 x 8 tiles: a split holds at least 16 tiles and 16k rows, so these sizes give 9 to 40 splits, folded by
+  // the device merge in two or more passes.
+  using Small = gpuml::kernels::KnnTile<4, 4, 2, 2, 4, 64, 4096>;
+  ASSERT_TRUE(Small::can_implement<T>(device->info()));
+  const Matrix<T> db = random_matrix<T>(5003, 7, 81), q = random_matrix<T>(21, 7, 82);
+  for (Metric m : kMetrics)
+    for (int k : {1, 8, 33}) {
+      SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
+      const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m);
+      expect_matches_reference<T>(got, db, q, k, m);
+      expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
+    }
+  EXPECT_THROW((gpuml::kernels::knn_search<T, Small>(*device, db, q, 65, Metric::euclidean)), gpuml::unsupported);
+}
+
 TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
   using T = TypeParam;
   REQUIRE_DEVICE();

@@ -3,10 +3,11 @@
 //
 // Work split. The database is processed in blocks that fit one storage-buffer binding (and a quarter of the
 // device's memory), the queries in batches that fit one binding and the dispatch limits. Within a (block, batch)
-// pair the kernel runs a grid of query tiles x database splits; every workgroup keeps, for each of its queries,
-// the k best (value, index) pairs of its split in a bounded heap in the output buffers. The splits exist so that
-// a few queries against a large database still fill the device. The per-split lists (n_queries x k each) are
-// downloaded and merged on the host into one running list per query, which is finished exactly as
+// pair the select kernel runs a grid of query tiles x database splits; every workgroup keeps, for each of its
+// queries, the k best (value, index) pairs of its split in a bounded heap in the output buffers. The splits exist
+// so that a few queries against a large database still fill the device. A merge kernel then folds the splits'
+// heaps into split 0's, 8 at a time per pass, and only n_queries x k pairs are downloaded; those of successive
+// database blocks are merged on the host into one running list per query, which is finished exactly as
 // host::knn_search finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
 // engine's fixed order (exact duplicates at distance exactly 0, the cosine zero-vector rule), sorted by
 // (value, index), euclidean = sqrt(max(d2, 0)), inner product negated back to a similarity (descending).
@@ -29,6 +30,8 @@
 #include <gpuml/kernels/policy.hpp>
 #include <gpuml/shaders/knn_select_f32.hpp>
 #include <gpuml/shaders/knn_select_f64.hpp>
+#include <gpuml/shaders/knn_merge_f32.hpp>
+#include <gpuml/shaders/knn_merge_f64.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
@@ -97,11 +100,16 @@ struct KnnShaders;
 template <>
 struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
+  static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
 };
 template <>
 struct KnnShaders<double> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f64, std::size(shaders::knn_select_f64), "knn_select_f64"}; }
+  static vulkan::ShaderCode merge() { return {shaders::knn_merge_f64, std::size(shaders::knn_merge_f64), "knn_merge_f64"}; }
 };
+
+/// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass.
+inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8;
 
 namespace knn_detail {
 
@@ -183,13 +191,14 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   auto vbuf = device.buffer(list_entries * s), ibuf = device.buffer(list_entries * sizeof(std::uint32_t));
   const auto& kernel =
       device.kernel({KnnShaders<T>::select(), 6, 6 * sizeof(std::uint32_t), Policy::constants(knn_metric_code(metric))});
+  const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
 
   // Running k best per query, merged from every (block, split); (value, index) ordered.
   using Cand = std::pair<T, Index>;
   std::vector<Cand> best(static_cast<std::size_t>(m) * k);
   std::vector<int> best_count(static_cast<std::size_t>(m), 0);
-  std::vector<T> vals(list_entries);
-  std::vector<std::uint32_t> idx(list_entries);
+  std::vector<T> vals(mb_max * k);
+  std::vector<std::uint32_t> idx(mb_max * k);
 
   const std::uint64_t n_batches = ceil_div(m, mb_max);
   for (std::uint64_t b0 = 0; b0 < std::uint64_t(n); b0 += nb_max) {
@@ -212,22 +221,28 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                                      std::uint32_t(k),  std::uint32_t(pl.split_rows), std::uint32_t(b0)};
       cmds.dispatch(kernel, {qbuf, xbuf, qn, xn, vbuf, ibuf}, push,
                     static_cast<std::uint32_t>(ceil_div(mb, Policy::block_queries)), static_cast<std::uint32_t>(splits));
+      // Merge the splits' heaps on the device, kKnnMergeGroup at a time, into split 0's.
+      for (std::uint64_t stride = 1; stride < splits; stride *= kKnnMergeGroup) {
+        cmds.barrier();
+        const std::uint32_t mpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(splits), std::uint32_t(stride),
+                                        kKnnMergeGroup};
+        cmds.dispatch(merge, {vbuf, ibuf}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
+                      static_cast<std::uint32_t>(ceil_div(splits, stride * kKnnMergeGroup)));
+      }
       cmds.submit_and_wait();
-      const std::uint64_t entries = splits * mb * k;
+      const std::uint64_t entries = mb * k;
       vulkan::download(device, vbuf, 0, vals.data(), entries * s);
       vulkan::download(device, ibuf, 0, idx.data(), entries * sizeof(std::uint32_t));
 
-      // Merge: the query's running list plus every split's heap (sentinels skipped), cut to the k best.
+      // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best.
       parallel_chunks(static_cast<std::int64_t>(mb), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {
         std::vector<Cand> cand;
         for (std::int64_t lq = qb; lq < qe; ++lq) {
           const std::size_t q = static_cast<std::size_t>(q0 + lq);
           cand.assign(best.begin() + q * k, best.begin() + q * k + best_count[q]);
-          for (std::uint64_t sp = 0; sp < splits; ++sp) {
-            const std::size_t off = static_cast<std::size_t>((sp * mb + lq) * k);
-            for (int c = 0; c < k; ++c)
-              if (idx[off + c] != UINT32_MAX) cand.emplace_back(vals[off + c], static_cast<Index>(idx[off + c]));
-          }
+          const std::size_t off = static_cast<std::size_t>(lq * k);
+          for (int c = 0; c < k; ++c)
+            if (idx[off + c] != UINT32_MAX) cand.emplace_back(vals[off + c], static_cast<Index>(idx[off + c]));
           const std::size_t keep = std::min<std::size_t>(cand.size(), static_cast<std::size_t>(k));
           std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
           std::copy_n(cand.begin(), keep, best.begin() + q * k);
