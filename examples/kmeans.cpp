@@ -192,14 +192,17 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     warmup_seconds = seconds_since(t0);
   }
   std::vector<double> times;
+  double best_loop = 0;
   for (int r = 0; r < o.repeat; ++r) {
     t0 = Clock::now();
     km.fit(X);
     times.push_back(seconds_since(t0));
+    if (r == 0 || km.iteration_seconds() < best_loop) best_loop = km.iteration_seconds();
   }
   const double best = *std::min_element(times.begin(), times.end());
   const int n_iter = km.n_iter();
-  const double per_iter = best / std::max(n_iter, 1);
+  // Per iteration: the Lloyd loop alone (the fit also uploads the data and runs a final E-step and the inertia).
+  const double per_iter = best_loop / std::max(n_iter, 1);
   const double flops_per_iter = 2.0 * double(n) * double(k) * double(d);
   const double tflops = per_iter > 0 ? flops_per_iter / per_iter / 1e12 : 0.0;
 
@@ -229,6 +232,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["n_iter"] = n_iter;
     j["inertia"] = km.inertia();
     j["fit_seconds"] = best;
+    j["iteration_seconds"] = best_loop;
     j["fit_seconds_all"] = times;
     j["seconds_per_iter"] = per_iter;
     j["ms_per_iter"] = per_iter * 1e3;

@@ -209,6 +209,7 @@ class KMeans {
     labels_ = std::move(best->labels);
     inertia_ = best->inertia;
     n_iter_ = best->n_iter;
+    iteration_seconds_ = best->iteration_seconds;
     fitted_ = true;
     return *this;
   }
@@ -261,6 +262,12 @@ class KMeans {
     require_fitted();
     return n_iter_;
   }
+  /// Wall time of the kept run's Lloyd iterations alone (no data transfer, seeding, final E-step or inertia):
+  /// what benchmarks divide by n_iter.
+  double iteration_seconds() const {
+    require_fitted();
+    return iteration_seconds_;
+  }
   bool fitted() const { return fitted_; }
   const KMeansParams& params() const { return params_; }
   const Backend& backend() const { return backend_; }
@@ -282,6 +289,7 @@ class KMeans {
   Labels labels_;
   double inertia_ = 0.0;
   int n_iter_ = 0;
+  double iteration_seconds_ = 0.0;
   bool fitted_ = false;
 };
 

@@ -11,6 +11,7 @@
 #include <gpuml/core/parallel.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +34,7 @@ struct LloydResult {
   double inertia = 0.0;
   int n_iter = 0;
   bool strict_convergence = false;
+  double iteration_seconds = 0.0;  ///< wall time of the E+M iterations alone (no data transfer, final E-step, inertia)
 };
 
 namespace kmeans_detail {
@@ -536,6 +538,7 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
   Matrix<T> centers = init_centers, centers_new(k, X.cols());
   Vector<T> weights(k);
   Labels labels = Labels::Constant(n, -1), labels_old = Labels::Constant(n, -1);
+  const auto loop_start = std::chrono::steady_clock::now();
   int i = 0;
   for (; i < max_iter; ++i) {
     kmeans_detail::assign_pass<T>(X, &w, centers, labels, &centers_new, &weights);
@@ -566,6 +569,7 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
     labels_old = labels;
   }
   r.n_iter = std::min(i + 1, max_iter);
+  r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   if (!r.strict_convergence) kmeans_detail::assign_pass<T>(X, nullptr, centers, labels, nullptr, nullptr);
   if (verbose) std::fflush(stdout);
   r.inertia = inertia<T>(X, w, centers, labels);

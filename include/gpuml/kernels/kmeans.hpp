@@ -14,6 +14,7 @@
 #include <gpuml/shaders/kmeans_reduce_f32.hpp>
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -227,6 +228,7 @@ host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T
   host::LloydResult<T> r;
   Matrix<T> centers = init_centers, centers_new;
   Vector<T> weights;
+  const auto loop_start = std::chrono::steady_clock::now();
   int i = 0;
   for (; i < max_iter; ++i) {
     const bool changed = engine.step(centers, true, &centers_new, &weights);
@@ -258,6 +260,7 @@ host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T
       break;
     }
   }
+  r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   if (!r.strict_convergence) engine.step(centers, false, nullptr, nullptr);  // labels_ == predict(X)
   r.centers = std::move(centers);
   r.labels = engine.labels();

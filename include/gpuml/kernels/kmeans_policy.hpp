@@ -6,6 +6,8 @@
 #include <gpuml/vulkan/instance.hpp>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 namespace gpuml {
 
@@ -30,8 +32,17 @@ struct KMeansTile {
 
 /// Per-device-class defaults (ggml-style catalogue). CPU Vulkan devices (lavapipe) get small register tiles:
 /// Mesa 22.3's llvmpipe miscomputes this kernel with SPT x KT x DS of 256 and more on large k x d.
+/// GPUML_KMEANS_TILE=threads,spt,kt,ds,ks overrides the choice (for tuning sweeps); plan_lloyd still checks it.
 struct kmeans_default_policy {
   static KMeansTileParams params(const vulkan::DeviceInfo& device) {
+    if (const char* env = std::getenv("GPUML_KMEANS_TILE")) {
+      KMeansTileParams p{};
+      if (std::sscanf(env, "%u,%u,%u,%u,%u", &p.threads, &p.samples_per_thread, &p.centres_per_thread,
+                      &p.feature_tile, &p.centre_tile) == 5 &&
+          p.threads % 32 == 0 && p.threads > 0 && p.samples_per_thread > 0 && p.centres_per_thread > 0 &&
+          p.feature_tile > 0 && p.centre_tile % p.centres_per_thread == 0)
+        return p;
+    }
     if (device.type == vulkan::DeviceType::cpu) return KMeansTile<128, 4, 4, 8, 128>::tile;
     return KMeansTile<128, 4, 8, 16, 128>::tile;
   }
