@@ -90,6 +90,7 @@ class Device {
     pipeline_cache_.reset();
     command_pool_.reset();
     fn().vkDestroyDevice(device_, nullptr);
+    Instance::check_strict_validation();  // the layer reports objects never destroyed here
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -126,6 +127,7 @@ class Device {
     pipeline_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++pipelines_built_;
     cache_dirty_ = true;
+    save_pipeline_cache();  // now, not at exit: pipelines are built rarely, and exit order is fragile
     return *kernels_.emplace(spec, std::move(made)).first->second;
   }
 

@@ -87,43 +87,48 @@ inline bool env_flag(const char* name) {
 
 class Instance {
  public:
-  /// The process's instance, created on first use and kept (physical-device handles belong to it);
-  /// nullptr when there is no Vulkan loader or no usable driver.
+  /// The process's instance, created on first use and never destroyed: physical-device handles belong to it, and
+  /// vkDestroyInstance from a static destructor can run after the driver has torn itself down (seen with NVIDIA's
+  /// driver). nullptr when there is no Vulkan loader or no usable driver.
   static std::shared_ptr<Instance> get() {
     static std::mutex m;
-    static std::shared_ptr<Instance> cached;
+    static auto* const cached = new std::shared_ptr<Instance>();  // intentionally never freed
     static bool failed = false;
     std::lock_guard lock(m);
-    if (cached) return cached;
+    if (*cached) return *cached;
     if (failed) return nullptr;
-    std::shared_ptr<Instance> made;
     try {
-      made.reset(new Instance());
+      cached->reset(new Instance());
     } catch (const error&) {
       failed = true;
       return nullptr;
     }
-    cached = made;
-    return made;
+    if ((*cached)->validation_enabled()) std::atexit(&Instance::check_strict_validation);
+    return *cached;
   }
 
   ~Instance() {
     auto& f = fn();
     if (messenger_) f.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
     if (instance_) f.vkDestroyInstance(instance_, nullptr);
-    // GPUML_VALIDATION=strict: messages seen up to shutdown (objects never destroyed are reported when their
-    // device is) fail the process, so tests catch leaks that only show at exit.
-    if (messenger_ && strict_validation() && validation_message_count() > 0) {
-      std::fprintf(stderr, "gpuml: %llu Vulkan validation message(s); failing (GPUML_VALIDATION=strict)\n",
-                   static_cast<unsigned long long>(validation_message_count()));
-      std::_Exit(70);
-    }
   }
 
   static bool strict_validation() {
     const char* v = std::getenv("GPUML_VALIDATION");
     return v && std::strcmp(v, "strict") == 0;
   }
+
+  /// GPUML_VALIDATION=strict: any validation message fails the process (at exit, and when a device is destroyed,
+  /// which is when the layer reports objects never destroyed), so tests catch leaks that only show late.
+  static void check_strict_validation() {
+    if (strict_validation() && validation_message_count() > 0) {
+      std::fprintf(stderr, "gpuml: %llu Vulkan validation message(s); failing (GPUML_VALIDATION=strict)\n",
+                   static_cast<unsigned long long>(validation_message_count()));
+      std::fflush(stderr);
+      std::_Exit(70);
+    }
+  }
+
   Instance(const Instance&) = delete;
   Instance& operator=(const Instance&) = delete;
 
