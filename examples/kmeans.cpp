@@ -244,6 +244,10 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["write_seconds"] = write_seconds;
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
+    if (backend.is_vulkan()) {  // pipeline creation in this process (the on-disk cache makes later runs cheaper)
+      j["pipelines_built"] = backend.device()->pipelines_built();
+      j["pipeline_seconds"] = backend.device()->pipeline_seconds();
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("n_iter: %d\ninertia: %.10g\n", n_iter, km.inertia());

@@ -41,6 +41,7 @@ class Commands {
   }
 
   ~Commands() {
+    if (process_exiting()) return;
     if (submitted_ && !waited_) fn().vkWaitForFences(device_.handle(), 1, &fence_.get_ref(), VK_TRUE, UINT64_MAX);
     std::lock_guard lock(device_.mutex());
     fn().vkFreeCommandBuffers(device_.handle(), device_.command_pool(), 1, &cmd_);

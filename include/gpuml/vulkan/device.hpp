@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace gpuml::vulkan {
 
@@ -80,16 +81,40 @@ class Device {
       check(f.vkCreatePipelineCache(device_, &ci, nullptr, &cache), "vkCreatePipelineCache");
     }
     pipeline_cache_ = PipelineCacheHandle(device_, cache);
+    std::lock_guard lock(live_mutex());
+    live().insert(this);
+    static const bool hook = [] {
+      std::atexit(+[] {
+        {
+          std::lock_guard l(live_mutex());
+          for (Device* d : live()) d->release();
+        }
+        Instance::check_strict_validation();
+        process_exiting() = true;  // objects outliving their device are not destroyed through Vulkan
+      });
+      return true;
+    }();
+    (void)hook;
   }
 
   ~Device() {
-    if (!device_) return;
+    release();
+    std::lock_guard lock(live_mutex());
+    live().erase(this);
+  }
+
+  /// Destroys the device and everything it owns. Runs from the destructor, or from the exit hook for devices
+  /// still held by statics: that hook is registered after the driver's own, so it runs before the driver's
+  /// teardown, while static destructors may run after it (a segfault seen with NVIDIA's driver).
+  void release() {
+    if (!device_ || process_exiting()) return;
     fn().vkDeviceWaitIdle(device_);
     save_pipeline_cache();
     kernels_.clear();
     pipeline_cache_.reset();
     command_pool_.reset();
     fn().vkDestroyDevice(device_, nullptr);
+    device_ = VK_NULL_HANDLE;
     Instance::check_strict_validation();  // the layer reports objects never destroyed here
   }
   Device(const Device&) = delete;
@@ -149,6 +174,15 @@ class Device {
   }
 
  private:
+  static std::set<Device*>& live() {
+    static auto* const devices = new std::set<Device*>();  // never destroyed: used by the exit hook
+    return *devices;
+  }
+  static std::mutex& live_mutex() {
+    static auto* const m = new std::mutex();
+    return *m;
+  }
+
   std::shared_ptr<Instance> instance_;  // outlives the device
   DeviceInfo info_;
   VkDevice device_ = VK_NULL_HANDLE;

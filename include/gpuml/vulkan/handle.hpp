@@ -31,7 +31,7 @@ class DeviceHandle {
   ~DeviceHandle() { reset(); }
 
   void reset() {
-    if (handle_ != VK_NULL_HANDLE) (fn().*Destroy)(device_, handle_, nullptr);
+    if (handle_ != VK_NULL_HANDLE && !process_exiting()) (fn().*Destroy)(device_, handle_, nullptr);
     handle_ = VK_NULL_HANDLE;
   }
   H get() const noexcept { return handle_; }

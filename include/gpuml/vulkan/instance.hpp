@@ -103,7 +103,6 @@ class Instance {
       failed = true;
       return nullptr;
     }
-    if ((*cached)->validation_enabled()) std::atexit(&Instance::check_strict_validation);
     return *cached;
   }
 

@@ -7,6 +7,7 @@
 #endif
 #include <vulkan/vulkan_core.h>
 
+#include <atomic>
 #include <mutex>
 
 #if defined(_WIN32)
@@ -105,6 +106,13 @@ struct Functions {
 inline Functions& fn() {
   static Functions table;
   return table;
+}
+
+/// Set by an exit hook that runs before the driver's own teardown: from then on, objects still alive (held by
+/// statics) are not destroyed through Vulkan, whose driver may already be gone at static-destruction time.
+inline std::atomic<bool>& process_exiting() {
+  static std::atomic<bool> flag{false};
+  return flag;
 }
 
 /// Opens the Vulkan loader once; false when there is none (the caller falls back to the host backend).
