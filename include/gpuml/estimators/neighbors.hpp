@@ -6,6 +6,7 @@
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/warnings.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/host/knn.hpp>
@@ -42,8 +43,8 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
   if (backend.is_vulkan()) {
     try {
       return kernels::knn_search<T>(*backend.device(), database, queries, k, metric);
-    } catch (const unsupported&) {
-      // documented fallback above
+    } catch (const unsupported& e) {
+      warn(std::string(e.what()) + "; running k-NN on the host backend");  // the documented fallback above
     }
   }
   return host::knn_search<T>(database, queries, k, metric);
