@@ -209,6 +209,19 @@ struct Avx2 {
 
 constexpr Index round_up(Index x, Index to) { return (x + to - 1) / to * to; }
 
+/// Row i of a result from candidates sorted by (value, index): euclidean values become sqrt(max(d2, 0)) and
+/// inner-product values (selected negated) become similarities again. Shared by the host and Vulkan engines.
+template <class T, class Result>
+void write_neighbours(Result& result, Eigen::Index i, const std::vector<std::pair<T, Index>>& cand, int k, Metric metric) {
+  for (int c = 0; c < k; ++c) {
+    T v = cand[c].first;
+    if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
+    else if (metric == Metric::inner_product) v = -v;
+    result.distances(i, c) = v;
+    result.indices(i, c) = cand[c].second;
+  }
+}
+
 }  // namespace knn_detail
 
 /// The k nearest database rows of every query row. Ties go to the lower database index. For
@@ -457,13 +470,7 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
         }
       }
       std::sort(cand.begin(), cand.end());
-      for (int c = 0; c < k; ++c) {
-        T v = cand[c].first;
-        if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
-        else if (metric == Metric::inner_product) v = -v;
-        result.distances(i, c) = v;
-        result.indices(i, c) = cand[c].second;
-      }
+      knn_detail::write_neighbours(result, i, cand, k, metric);
     }
   });
   return result;

@@ -271,13 +271,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         }
         std::sort(cand.begin(), cand.end());
       }
-      for (int c = 0; c < k; ++c) {
-        T v = cand[c].first;
-        if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
-        else if (metric == Metric::inner_product) v = -v;
-        result.distances(i, c) = v;
-        result.indices(i, c) = cand[c].second;
-      }
+      host::knn_detail::write_neighbours(result, i, cand, k, metric);
     }
   });
   return result;
