@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,24 +22,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from gpuml_programs import find_binary, fmt  # noqa: E402
 import peers  # noqa: E402
 
 
-def find_binary(name: str, subdir: str, given: str | None) -> Path:
-    if given:
-        p = Path(given)
-        if not p.is_file():
-            sys.exit(f"error: {p} does not exist")
-        return p
-    for c in [ROOT / "build" / subdir / name] + sorted(ROOT.glob(f"build*/{subdir}/{name}")):
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    sys.exit(f"error: {name} not found under {ROOT}/build*/{subdir}; build it first:\n"
-             f"  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target {name}")
-
-
-def fmt(x, spec):
-    return "–" if x is None else format(x, spec)
 
 
 def main() -> int:

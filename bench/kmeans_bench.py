@@ -21,7 +21,6 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,39 +29,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from gpuml_programs import find_binary, run_json, fmt  # noqa: E402
 import peers  # noqa: E402  (numpy only at import; torch is imported inside peers.torch_*)
 
 
-def find_binary(name: str, subdir: str, given: str | None) -> Path:
-    if given:
-        p = Path(given)
-        if not p.is_file():
-            sys.exit(f"error: {p} does not exist")
-        return p
-    candidates = [ROOT / "build" / subdir / name] + sorted(ROOT.glob(f"build*/{subdir}/{name}"))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    sys.exit(f"error: {name} not found under {ROOT}/build*/{subdir}; build it first:\n"
-             f"  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target {name}")
 
-
-def run_json(cmd: list[str], timeout: float | None = None) -> tuple[dict | None, str]:
-    """Runs a gpuml program; returns (the JSON object on its last stdout line, or None; a note on failure)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s"
-    lines = [l for l in p.stdout.strip().splitlines() if l.startswith("{")]
-    if p.returncode != 0 or not lines:
-        msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
-        first = next((i for i, l in enumerate(msg) if "error:" in l), max(len(msg) - 1, 0))
-        return None, f"exit {p.returncode}: " + (" ".join(l.strip() for l in msg[first:first + 3]) if msg else "no output")
-    return json.loads(lines[-1]), (p.stderr.strip().replace("\n", "; ") if p.stderr.strip() else "")
-
-
-def fmt(x, spec):
-    return "–" if x is None else format(x, spec)
 
 
 def main() -> int:
@@ -203,8 +174,9 @@ def main() -> int:
         print(f"| {r['name']} | {r['device']} | {r['n_iter']} | {r['inertia']:.6g} | {fmt(rel, '+.1e')} | "
               f"{r['seconds']:.3f} | {r['ms_per_iter']:.3f} | {fmt(tflops, '.4f')} | {fmt(ratio, '.2f')} |")
     print()
-    print("ms/iter = fit time / n_iter (scikit-learn and gpuml: whole fit incl. validation and the final labelling; "
-          "torch: the Lloyd loop on data already on the GPU). TFLOP/s counts 2nkd per iteration. "
+    print("ms/iter: gpuml, the Lloyd loop alone (KMeans::iteration_seconds / n_iter; the data upload and final "
+          "labelling are in 'fit s'); scikit-learn and sklearnex, fit time / n_iter (incl. validation and the final "
+          "labelling); torch, the Lloyd loop on data already on the GPU. TFLOP/s counts 2nkd per iteration. "
           "rel. inertia is against the baseline row; implementations that stop at different iterations differ.")
     for note in notes:
         print(f"- note: {note}")

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,36 +32,12 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
+from gpuml_programs import find_binary, run_json, fmt  # noqa: E402
 import peers  # noqa: E402  (torch is imported inside peers.torch_* only)
 
 DEFAULT_SHAPES = "1000000x128:10000:10,1000000x128:10000:100,10000000x16:1000:100"
 
 
-def find_binary(name: str, subdir: str, given: str | None) -> Path:
-    if given:
-        p = Path(given)
-        if not p.is_file():
-            sys.exit(f"error: {p} does not exist")
-        return p
-    for c in [ROOT / "build" / subdir / name] + sorted(ROOT.glob(f"build*/{subdir}/{name}")):
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    sys.exit(f"error: {name} not found under {ROOT}/build*/{subdir}; build it first:\n"
-             f"  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target {name}")
-
-
-def run_json(cmd: list[str], timeout: float | None = None) -> tuple[dict | None, str]:
-    """Runs a gpuml program; returns (the JSON object on its last stdout line, or None; a note on failure)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s"
-    lines = [l for l in p.stdout.strip().splitlines() if l.startswith("{")]
-    if p.returncode != 0 or not lines:
-        msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
-        first = next((i for i, l in enumerate(msg) if "error:" in l), max(len(msg) - 1, 0))
-        return None, f"exit {p.returncode}: " + (" ".join(l.strip() for l in msg[first:first + 3]) if msg else "no output")
-    return json.loads(lines[-1]), (p.stderr.strip().replace("\n", "; ") if p.stderr.strip() else "")
 
 
 def parse_shapes(text: str, scale: float) -> list[tuple[int, int, int, int]]:
@@ -86,9 +60,6 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     hits = sum(len(np.intersect1d(a, b, assume_unique=False)) for a, b in zip(found[:, :k], truth))
     return hits / truth.size
 
-
-def fmt(x, spec):
-    return "–" if x is None else format(x, spec)
 
 
 def main() -> int:

@@ -527,26 +527,31 @@ Matrix<T> euclidean_to_centers(MatrixView<T> X, const Matrix<T>& centers) {
   return out;
 }
 
-/// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data: E+M iterations with empty-cluster
-/// relocation, strict (labels unchanged) or tolerance (sum of squared centre shifts <= tol) convergence, a final
-/// E-step unless strictly converged, and the exact inertia.
-template <class T>
-LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
-                     bool verbose) {
-  const Eigen::Index n = X.rows(), k = init_centers.rows();
+namespace kmeans_detail {
+
+/// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:
+///   bool e_step(C, sums, weights)  labels by nearest centre, per-cluster weighted sums and weights; true when a
+///                                  label changed (always on the first call)
+///   const Labels& labels()         the current labels
+///   void assign(C)                 an E-step without sums (the final one)
+///   double inertia(C)              sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences
+/// The M-step (relocation, averaging), convergence and verbose output live here, once for every backend.
+template <class T, class Engine>
+LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
+                          int max_iter, double tol_absolute, bool verbose) {
+  const Eigen::Index k = init_centers.rows();
   LloydResult<T> r;
   Matrix<T> centers = init_centers, centers_new(k, X.cols());
   Vector<T> weights(k);
-  Labels labels = Labels::Constant(n, -1), labels_old = Labels::Constant(n, -1);
   const auto loop_start = std::chrono::steady_clock::now();
   int i = 0;
   for (; i < max_iter; ++i) {
-    kmeans_detail::assign_pass<T>(X, &w, centers, labels, &centers_new, &weights);
-    kmeans_detail::relocate_empty_clusters<T>(X, w, centers, labels, centers_new, weights);
-    kmeans_detail::average_centers<T>(centers_new, weights);
+    const bool changed = engine.e_step(centers, centers_new, weights);
+    if ((weights.array() == T(0)).any()) relocate_empty_clusters<T>(X, w, centers, engine.labels(), centers_new, weights);
+    average_centers<T>(centers_new, weights);
     if (verbose) {
-      const double in = static_cast<double>(static_cast<T>(inertia<T>(X, w, centers, labels)));
-      std::printf("Iteration %d, inertia %s.\n", i, kmeans_detail::py_repr(in).c_str());
+      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
+      std::printf("Iteration %d, inertia %s.\n", i, py_repr(in).c_str());
     }
     T shift_tot = 0;
     for (Eigen::Index j = 0; j < k; ++j) {
@@ -554,7 +559,7 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
       shift_tot += s * s;
     }
     std::swap(centers, centers_new);
-    if (labels == labels_old) {
+    if (!changed) {
       if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
       r.strict_convergence = true;
       break;
@@ -562,20 +567,53 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
     if (static_cast<double>(shift_tot) <= tol_absolute) {
       if (verbose)
         std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
-                    kmeans_detail::py_repr(static_cast<double>(shift_tot)).c_str(),
-                    kmeans_detail::py_repr(tol_absolute).c_str());
+                    py_repr(static_cast<double>(shift_tot)).c_str(), py_repr(tol_absolute).c_str());
       break;
     }
-    labels_old = labels;
   }
   r.n_iter = std::min(i + 1, max_iter);
   r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
-  if (!r.strict_convergence) kmeans_detail::assign_pass<T>(X, nullptr, centers, labels, nullptr, nullptr);
+  if (!r.strict_convergence) engine.assign(centers);  // so that labels_ == predict(X)
   if (verbose) std::fflush(stdout);
-  r.inertia = inertia<T>(X, w, centers, labels);
+  r.inertia = engine.inertia(centers);
   r.centers = std::move(centers);
-  r.labels = std::move(labels);
+  r.labels = engine.labels();
   return r;
+}
+
+/// The host engine's E-step for lloyd_loop.
+template <class T>
+class HostLloyd {
+ public:
+  HostLloyd(MatrixView<T> X, VectorView<T> w) : X_(X), w_(w), labels_(Labels::Constant(X.rows(), -1)) {}
+  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+    const Labels old = labels_;
+    assign_pass<T>(X_, &w_, C, labels_, &sums, &weights);
+    return labels_ != old;
+  }
+  const Labels& labels() const { return labels_; }
+  void assign(const Matrix<T>& C) { assign_pass<T>(X_, nullptr, C, labels_, nullptr, nullptr); }
+  double inertia(const Matrix<T>& C) const;
+
+ private:
+  MatrixView<T> X_;
+  VectorView<T> w_;
+  Labels labels_;
+};
+
+}  // namespace kmeans_detail
+
+template <class T>
+double kmeans_detail::HostLloyd<T>::inertia(const Matrix<T>& C) const {
+  return host::inertia<T>(X_, w_, C, labels_);
+}
+
+/// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data, on the host.
+template <class T>
+LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
+                     bool verbose) {
+  kmeans_detail::HostLloyd<T> engine(X, w);
+  return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
 }
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data: the first centre drawn with probability

@@ -209,6 +209,18 @@ struct Avx2 {
 
 constexpr Index round_up(Index x, Index to) { return (x + to - 1) / to * to; }
 
+/// The arguments every knn_search engine takes: a non-empty database, queries of its width, 1 <= k <= n.
+inline void check_search(Index n, Index d, Index query_features, int k) {
+  if (n == 0 || d == 0) throw invalid_input("knn_search: the database is empty");
+  if (query_features != d)
+    throw invalid_input("knn_search: queries have " + std::to_string(query_features) + " features, but the database has " +
+                        std::to_string(d));
+  if (k < 1) throw invalid_input("knn_search: k must be at least 1, got " + std::to_string(k));
+  if (k > n)
+    throw invalid_input("knn_search: k = " + std::to_string(k) + " exceeds the number of database rows (" +
+                        std::to_string(n) + ")");
+}
+
 /// Row i of a result from candidates sorted by (value, index): euclidean values become sqrt(max(d2, 0)) and
 /// inner-product values (selected negated) become similarities again. Shared by the host and Vulkan engines.
 template <class T, class Result>
@@ -233,14 +245,7 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
-  if (n == 0 || d == 0) throw invalid_input("knn_search: the database is empty");
-  if (queries.cols() != d)
-    throw invalid_input("knn_search: queries have " + std::to_string(queries.cols()) + " features, but the database has " +
-                        std::to_string(d));
-  if (k < 1) throw invalid_input("knn_search: k must be at least 1, got " + std::to_string(k));
-  if (k > n)
-    throw invalid_input("knn_search: k = " + std::to_string(k) + " exceeds the number of database rows (" +
-                        std::to_string(n) + ")");
+  check_search(n, d, queries.cols(), k);
 
   KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   if (m == 0) return result;

@@ -14,7 +14,6 @@
 #include <gpuml/shaders/kmeans_reduce_f32.hpp>
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -171,6 +170,10 @@ class LloydEngine {
     return changed != 0;
   }
 
+  /// lloyd_loop's engine interface.
+  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) { return step(C, true, &sums, &weights); }
+  void assign(const Matrix<T>& C) { step(C, false, nullptr, nullptr); }
+
   /// sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences.
   double inertia(const Matrix<T>& C) {
     const std::uint64_t s = sizeof(T);
@@ -194,10 +197,11 @@ class LloydEngine {
     return total;
   }
 
-  Labels labels() {
-    Labels out(static_cast<Eigen::Index>(n_));
-    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, out.data() + c.first, c.rows * 4);
-    return out;
+  /// The current labels, downloaded (n values: only for relocation, which is rare, and the end of a fit).
+  const Labels& labels() {
+    labels_.resize(static_cast<Eigen::Index>(n_));
+    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, labels_.data() + c.first, c.rows * 4);
+    return labels_;
   }
 
  private:
@@ -213,67 +217,26 @@ class LloydEngine {
   LloydPlan plan_;
   std::vector<Chunk> chunks_;
   std::uint32_t parts_ = 0;
+  Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   const vulkan::Kernel *lloyd_ = nullptr, *reduce_ = nullptr, *inertia_ = nullptr;
 };
 
-/// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`.
+/// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`
+/// (host::kmeans_detail::lloyd_loop holds the rest of the algorithm, shared with the host engine).
 template <class T, class Policy = kmeans_default_policy>
 host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                            int max_iter, double tol_absolute, bool verbose) {
-  namespace kd = host::kmeans_detail;
-  const Eigen::Index k = init_centers.rows();
-  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(k));
+  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
-  host::LloydResult<T> r;
-  Matrix<T> centers = init_centers, centers_new;
-  Vector<T> weights;
-  const auto loop_start = std::chrono::steady_clock::now();
-  int i = 0;
-  for (; i < max_iter; ++i) {
-    const bool changed = engine.step(centers, true, &centers_new, &weights);
-    if ((weights.array() == T(0)).any()) {
-      // Rare: an empty cluster. Relocation needs the labels and the farthest samples, computed on the host.
-      const Labels labels = engine.labels();
-      kd::relocate_empty_clusters<T>(X, w, centers, labels, centers_new, weights);
-    }
-    kd::average_centers<T>(centers_new, weights);
-    if (verbose) {
-      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
-      std::printf("Iteration %d, inertia %s.\n", i, kd::py_repr(in).c_str());
-    }
-    T shift_tot = 0;
-    for (Eigen::Index j = 0; j < k; ++j) {
-      const T s = std::sqrt((centers_new.row(j) - centers.row(j)).squaredNorm());
-      shift_tot += s * s;
-    }
-    std::swap(centers, centers_new);
-    if (!changed) {
-      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
-      r.strict_convergence = true;
-      break;
-    }
-    if (static_cast<double>(shift_tot) <= tol_absolute) {
-      if (verbose)
-        std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
-                    kd::py_repr(static_cast<double>(shift_tot)).c_str(), kd::py_repr(tol_absolute).c_str());
-      break;
-    }
-  }
-  r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
-  if (!r.strict_convergence) engine.step(centers, false, nullptr, nullptr);  // labels_ == predict(X)
-  r.centers = std::move(centers);
-  r.labels = engine.labels();
-  r.inertia = engine.inertia(r.centers);
-  r.n_iter = std::min(i + 1, max_iter);
-  return r;
+  return host::kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
 }
 
 /// Nearest centre of each row (predict), on `device`.
 template <class T, class Policy = kmeans_default_policy>
 Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
   LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
-  engine.step(centers, false, nullptr, nullptr);
+  engine.assign(centers);
   return engine.labels();
 }
 

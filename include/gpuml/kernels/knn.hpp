@@ -159,14 +159,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
-  if (n == 0 || d == 0) throw invalid_input("knn_search: the database is empty");
-  if (queries.cols() != d)
-    throw invalid_input("knn_search: queries have " + std::to_string(queries.cols()) + " features, but the database has " +
-                        std::to_string(d));
-  if (k < 1) throw invalid_input("knn_search: k must be at least 1, got " + std::to_string(k));
-  if (k > n)
-    throw invalid_input("knn_search: k = " + std::to_string(k) + " exceeds the number of database rows (" +
-                        std::to_string(n) + ")");
+  host::knn_detail::check_search(n, d, queries.cols(), k);
   if (static_cast<std::uint64_t>(k) > Policy::max_k)
     throw unsupported("knn_search on a Vulkan device supports k <= " + std::to_string(Policy::max_k) + ", got k = " +
                       std::to_string(k) + " (use the host engine)");

@@ -1,0 +1,40 @@
+"""Finding and running gpuml's own programs from the benchmark drivers (the peers live in peers.py)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_binary(name: str, subdir: str, given: str | None) -> Path:
+    """The program `name`: the path given, else build/<subdir>/name, else any build*/<subdir>/name."""
+    if given:
+        p = Path(given)
+        if not p.is_file():
+            sys.exit(f"error: {p} does not exist")
+        return p
+    for c in [ROOT / "build" / subdir / name] + sorted(ROOT.glob(f"build*/{subdir}/{name}")):
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    sys.exit(f"error: {name} not found under {ROOT}/build*/{subdir}; build it first:\n"
+             f"  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target {name}")
+
+
+def run_json(cmd: list[str], timeout: float | None = None) -> tuple[dict | None, str]:
+    """Runs a gpuml program; returns (the JSON object on its last stdout line, or None; a note on failure)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    lines = [l for l in p.stdout.strip().splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        first = next((i for i, l in enumerate(msg) if "error:" in l), max(len(msg) - 1, 0))
+        return None, f"exit {p.returncode}: " + (" ".join(l.strip() for l in msg[first:first + 3]) if msg else "no output")
+    return json.loads(lines[-1]), (p.stderr.strip().replace("\n", "; ") if p.stderr.strip() else "")
+
+
+def fmt(x, spec):
+    return "–" if x is None else format(x, spec)
