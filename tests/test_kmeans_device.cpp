@@ -1,10 +1,13 @@
 // The Vulkan k-means engine against the host engine and an independent double-precision reference: awkward sizes,
 // large k and d (partial sums in global memory, several feature tiles), data above one storage-buffer binding,
-// and bitwise-identical repeated fits.
+// and bitwise-identical repeated fits. k-means++ seeding on the device against the host engine: the same centres
+// for the same seed, zero weights, data split across chunks, repeatability.
 #include "support.hpp"
 
 #include <cmath>
 #include <cstring>
+#include <random>
+#include <set>
 
 namespace {
 
@@ -55,6 +58,46 @@ void expect_nearest(const Matrix<T>& X, const Matrix<T>& C, const Labels& labels
     }
   }
   EXPECT_GT(checked, X.rows() / 2) << "too few samples had a clear nearest centre to check";
+}
+
+/// Blobs on an integer lattice with integer noise in {-1, 0, 1}: with integer weights up to 3 every distance, mass,
+/// block sum and potential is an integer below 2^24, so both engines compute them exactly in float and double and
+/// the same seed must give the same draws and choices. (On real-valued float data the device's block sums round
+/// differently from the host's double sums, so a draw may rarely land on a neighbouring sample.)
+template <class T>
+Matrix<T> lattice_blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
+  const Matrix<double> centres = random_matrix<double>(k, d, salt, -2.0, 3.0).array().floor() * 4.0;
+  const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -1.0, 2.0).array().floor();
+  Matrix<T> X(n, d);
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  return X;
+}
+
+/// Integer weights 0..3, a quarter of them zero.
+template <class T>
+Eigen::VectorX<T> integer_weights(Eigen::Index n, std::uint64_t salt) {
+  return random_matrix<double>(n, 1, salt, 0.0, 4.0).col(0).array().floor().template cast<T>();
+}
+
+template <class T>
+Matrix<T> device_plus_plus(const gpuml::testing::NamedBackend& dev, const Matrix<T>& X, const Eigen::VectorX<T>& w, int k,
+                           std::uint64_t seed, std::uint64_t max_chunk_bytes = 0) {
+  std::mt19937_64 rng(seed);
+  return gpuml::kernels::kmeans_plus_plus<T>(*dev.backend.device(), X, w, k, rng, max_chunk_bytes);
+}
+
+template <class T>
+Matrix<T> host_plus_plus(const Matrix<T>& X, const Eigen::VectorX<T>& w, int k, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return gpuml::host::kmeans_plus_plus<T>(X, w, k, rng);
+}
+
+/// The row of X equal to c (the first), or -1.
+template <class T>
+Eigen::Index row_of(const Matrix<T>& X, const Eigen::Ref<const Eigen::RowVectorX<T>>& c) {
+  for (Eigen::Index i = 0; i < X.rows(); ++i)
+    if (X.row(i) == c) return i;
+  return -1;
 }
 
 template <class T>
@@ -179,6 +222,125 @@ TEST(KMeansDevice, DataAboveOneBindingIsSplit) {
     EXPECT_EQ(differ, 0);
     // The last samples sit in the last buffer: their labels are the nearest centres too.
     expect_nearest<float>(X.bottomRows(5000), gpu.cluster_centers(), gpu.labels().tail(5000), 1e-4);
+    // k-means++ over the split data, on integer-valued samples so that the sums are exact (see lattice_blobs):
+    // the host's centres.
+    const Matrix<float> Xi = X.array().round().matrix();
+    const Eigen::VectorXf w = Eigen::VectorXf::Ones(n);
+    const std::uint64_t seed = gpuml::testing::test_seed() + 601;
+    EXPECT_EQ(device_plus_plus<float>(dev, Xi, w, 6, seed), host_plus_plus<float>(Xi, w, 6, seed));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// k-means++ seeding
+
+TYPED_TEST(KMeansDeviceTest, PlusPlusMatchesHostOnExactData) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    struct Shape { Eigen::Index n, d; int k; };
+    for (Shape s : {Shape{3001, 5, 9}, Shape{2050, 3, 4}, Shape{777, 7, 31}}) {
+      const Matrix<T> X = lattice_blobs<T>(s.n, s.d, s.k, 700 + s.n);
+      const Eigen::VectorX<T> w = integer_weights<T>(s.n, 701 + s.n);
+      const std::uint64_t seed = gpuml::testing::test_seed() + s.n;
+      const Matrix<T> gpu = device_plus_plus<T>(dev, X, w, s.k, seed);
+      EXPECT_EQ(gpu, host_plus_plus<T>(X, w, s.k, seed)) << "n=" << s.n << " d=" << s.d << " k=" << s.k;
+      for (int j = 0; j < s.k; ++j) {
+        bool positive = false;  // some copy of the centre has positive weight (the lattice repeats points)
+        for (Eigen::Index i = 0; i < s.n; ++i) positive = positive || (X.row(i) == gpu.row(j) && w[i] > 0);
+        EXPECT_TRUE(positive) << "centre " << j << " is not a sample of positive weight";
+      }
+    }
+  }
+}
+
+TYPED_TEST(KMeansDeviceTest, PlusPlusMatchesHostOnSeparatedBlobs) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const Eigen::Index n = 2717, d = 6;
+    const int k = 11;
+    const Matrix<T> X = blobs<T>(n, d, k, 710, 0.1);
+    const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 711, 0.5, 2.0).col(0);
+    const std::uint64_t seed = gpuml::testing::test_seed() + 712;
+    const Matrix<T> gpu = device_plus_plus<T>(dev, X, w, k, seed), host = host_plus_plus<T>(X, w, k, seed);
+    // Greedy k-means++ puts one centre in each blob (sample i belongs to blob i % k).
+    std::set<Eigen::Index> blobs_hit;
+    for (int j = 0; j < k; ++j) {
+      const Eigen::Index i = row_of<T>(X, gpu.row(j));
+      ASSERT_GE(i, 0) << "centre " << j << " is not a sample";
+      blobs_hit.insert(i % k);
+    }
+    EXPECT_EQ(static_cast<int>(blobs_hit.size()), k);
+    // double: rounding differences are far below any gap between draws or potentials, so the centres are the host's.
+    // float: the block sums round on the device (see lattice_blobs), so only the first centre is certain.
+    if (std::is_same_v<T, double>) {
+      EXPECT_EQ(gpu, host);
+    }
+    EXPECT_EQ(gpu.row(0), host.row(0));
+  }
+}
+
+TYPED_TEST(KMeansDeviceTest, PlusPlusChoosesOnlyPositiveWeights) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    // Exactly k samples of positive weight, far apart in the index range: each round has mass on the unchosen ones
+    // alone, so all k are chosen, the last one by every trial of the last round.
+    const Eigen::Index n = 4099;
+    const int k = 6;
+    const Matrix<T> X = random_matrix<T>(n, 4, 720);
+    Eigen::VectorX<T> w = Eigen::VectorX<T>::Zero(n);
+    const std::set<Eigen::Index> positive{3, 1023, 1024, 2500, 4000, 4098};
+    for (Eigen::Index i : positive) w[i] = T(1 + i % 3);
+    for (std::uint64_t cap : {std::uint64_t(0), std::uint64_t(1024 * 4 * sizeof(T))}) {
+      const Matrix<T> gpu = device_plus_plus<T>(dev, X, w, k, gpuml::testing::test_seed() + 721, cap);
+      std::set<Eigen::Index> chosen;
+      for (int j = 0; j < k; ++j) chosen.insert(row_of<T>(X, gpu.row(j)));
+      EXPECT_EQ(chosen, positive) << "chunk cap " << cap;
+      EXPECT_EQ(gpu, host_plus_plus<T>(X, w, k, gpuml::testing::test_seed() + 721)) << "chunk cap " << cap;
+    }
+  }
+}
+
+// Chunks of whole sampling blocks (forced small here; above one binding on real data): the same centres as the host
+// engine and as one chunk. The second shape has more sampling blocks than workgroups per dispatch.
+TYPED_TEST(KMeansDeviceTest, PlusPlusAcrossChunks) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    struct Shape { Eigen::Index n, d; int k; std::uint64_t chunk_rows; };
+    for (Shape s : {Shape{5003, 5, 7, 2048}, Shape{1'050'001, 3, 5, 0}}) {
+      const Matrix<T> X = lattice_blobs<T>(s.n, s.d, s.k, 730 + s.d);
+      const Eigen::VectorX<T> w = integer_weights<T>(s.n, 731 + s.d);
+      const std::uint64_t seed = gpuml::testing::test_seed() + 732, cap = s.chunk_rows * s.d * sizeof(T);
+      if (cap) {
+        gpuml::kernels::PlusPlusEngine<T> engine(*dev.backend.device(), X, w, 2, cap);
+        EXPECT_EQ(engine.chunks(), 3u);
+      }
+      const Matrix<T> split = device_plus_plus<T>(dev, X, w, s.k, seed, cap);
+      EXPECT_EQ(split, host_plus_plus<T>(X, w, s.k, seed)) << "n=" << s.n;
+      if (cap) {
+        EXPECT_EQ(split, device_plus_plus<T>(dev, X, w, s.k, seed));
+      }
+    }
+  }
+}
+
+TEST(KMeansDevice, PlusPlusIsBitwiseRepeatable) {
+  for (const auto& dev : devices()) {
+    const Matrix<float> X = blobs<float>(6007, 9, 17, 740, 3.0);
+    const Eigen::VectorXf w = random_matrix<float>(6007, 1, 741, 0.0, 2.0).col(0);
+    const std::uint64_t seed = gpuml::testing::test_seed() + 742;
+    const Matrix<float> a = device_plus_plus<float>(dev, X, w, 17, seed, 2048 * 9 * sizeof(float));
+    EXPECT_EQ(a, device_plus_plus<float>(dev, X, w, 17, seed, 2048 * 9 * sizeof(float)));
+    EXPECT_NE(a, device_plus_plus<float>(dev, X, w, 17, seed + 1, 2048 * 9 * sizeof(float))) << "the seed is ignored";
+    // The estimator seeds on the device too: two fits agree bit for bit.
+    KMeansParams p;
+    p.n_clusters = 17;
+    p.random_state = seed;
+    p.max_iter = 5;
+    KMeans<float> f1(p, dev.backend), f2(p, dev.backend);
+    f1.fit(X, w);
+    f2.fit(X, w);
+    EXPECT_EQ(std::memcmp(f1.cluster_centers().data(), f2.cluster_centers().data(), sizeof(float) * 17 * 9), 0);
+    EXPECT_EQ(f1.inertia(), f2.inertia());
   }
 }
 

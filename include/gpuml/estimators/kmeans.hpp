@@ -10,6 +10,7 @@
 #include <gpuml/core/warnings.hpp>
 #include <gpuml/host/kmeans.hpp>
 #include <gpuml/kernels/kmeans.hpp>
+#include <gpuml/kernels/kmeans_plus_plus.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/select.hpp>
 
@@ -59,8 +60,8 @@ host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorVi
 }
 
 template <class T, class Policy>
-Matrix<T> run_kmeans_plus_plus(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, int k,
-                               std::mt19937_64& rng) {
+Matrix<T> run_kmeans_plus_plus(const Backend& backend, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  if (auto* device = device_for<T>(backend)) return kernels::kmeans_plus_plus<T>(*device, X, w, k, rng);
   return host::kmeans_plus_plus<T>(X, w, k, rng);
 }
 

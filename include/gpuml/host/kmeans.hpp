@@ -616,103 +616,228 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
   return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
 }
 
-/// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data: the first centre drawn with probability
-/// w / sum(w); then 2 + int(log k) candidates drawn proportional to w * D^2 (searchsorted on the cumulative sum),
-/// keeping the one with the lowest potential sum(w * min(D^2, d^2(cand))). Samples with w * D^2 = 0 are never drawn
-/// while any positive mass is left. Distances are exact (from differences).
+namespace kmeans_detail {
+
+/// Candidates per round of greedy k-means++, as scikit-learn: 2 + int(log k).
+inline int plus_plus_trials(int k) { return 2 + static_cast<int>(std::log(static_cast<double>(k))); }
+
+/// Samples per k-means++ sampling block: engines keep one mass sum per block, and a draw reads only the blocks it
+/// lands in (on a device, n / kPlusPlusBlock numbers move per round instead of n).
+inline constexpr std::int64_t kPlusPlusBlock = 1024;
+
+/// Sampling masses w_i * closest_i in double for `count` samples (closest null: the weights alone).
 template <class T>
-Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
-  using kmeans_detail::kChunk;
-  const std::int64_t n = X.rows(), d = X.cols();
-  const int n_trials = 2 + static_cast<int>(std::log(static_cast<double>(k)));
-  Matrix<T> centers(k, d);
-  std::vector<double> cum(static_cast<std::size_t>(n));
+std::vector<double> sampling_masses(const T* w, const T* closest, std::int64_t count) {
+  std::vector<double> m(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i)
+    m[i] = static_cast<double>(w[i]) * (closest ? static_cast<double>(closest[i]) : 1.0);
+  return m;
+}
 
-  // Index drawn from the mass m_i (cum = inclusive cumulative sum): searchsorted(cum, u * total), moved off
-  // zero-mass samples; side_right mirrors numpy's choice(p=...) (first draw), side left _kmeans_plusplus.
-  auto draw = [&](double r, bool side_right, auto&& mass) -> std::int64_t {
-    const double total = cum.back();
-    std::int64_t idx = side_right ? std::upper_bound(cum.begin(), cum.end(), r) - cum.begin()
-                                  : std::lower_bound(cum.begin(), cum.end(), r) - cum.begin();
-    if (idx >= n) idx = n - 1;
-    if (total > 0 && !(mass(idx) > 0)) {
-      std::int64_t j = idx;
-      while (j < n && !(mass(j) > 0)) ++j;
-      if (j == n) {
-        j = idx;
-        while (j > 0 && !(mass(j) > 0)) --j;
-      }
-      idx = j;
-    }
-    return idx;
-  };
-
-  {
-    double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) cum[i] = (s += static_cast<double>(w[i]));
-    const std::int64_t first =
-        draw(kmeans_detail::uniform01(rng) * cum.back(), true, [&](std::int64_t i) { return static_cast<double>(w[i]); });
-    centers.row(0) = X.row(first);
+/// The first sample at or after idx with positive mass, else the last one before it, else 0. Blocks whose sum is
+/// zero are skipped unread.
+template <class Masses>
+std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std::int64_t idx) {
+  const std::int64_t B = m.block_rows(), b0 = idx / B, n_blocks = static_cast<std::int64_t>(sums.size());
+  for (std::int64_t b = b0; b < n_blocks; ++b) {
+    if (b > b0 && !(sums[b] > 0)) continue;
+    const std::vector<double> mass = m.block(b);
+    for (std::int64_t i = b == b0 ? idx - b * B : 0; i < static_cast<std::int64_t>(mass.size()); ++i)
+      if (mass[i] > 0) return b * B + i;
   }
-  const auto bl = kmeans_detail::blocking<T>(n, 1, d);
-  std::vector<T> closest(static_cast<std::size_t>(n));
-  parallel_chunks(n, bl.block, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      closest[i] = kmeans_detail::sq_dist(X.data() + i * X.outerStride(), centers.data(), d);
-  });
-  auto mass = [&](std::int64_t i) { return static_cast<double>(w[i]) * static_cast<double>(closest[i]); };
+  for (std::int64_t b = b0; b >= 0; --b) {
+    if (b < b0 && !(sums[b] > 0)) continue;
+    const std::vector<double> mass = m.block(b);
+    for (std::int64_t i = b == b0 ? idx - b * B : static_cast<std::int64_t>(mass.size()) - 1; i >= 0; --i)
+      if (mass[i] > 0) return b * B + i;
+  }
+  return 0;
+}
 
-  std::vector<T> cand_dist(static_cast<std::size_t>(n_trials * n));
-  std::vector<double> cand_pot(static_cast<std::size_t>(n_trials * bl.n_blocks));
-  Matrix<T> cand(n_trials, d);
-  std::vector<std::int64_t> cand_ids(static_cast<std::size_t>(n_trials));
-  for (int c = 1; c < k; ++c) {
-    double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) cum[i] = (s += mass(i));
-    for (int t = 0; t < n_trials; ++t) {
-      cand_ids[t] = draw(kmeans_detail::uniform01(rng) * s, false, mass);
-      cand.row(t) = X.row(cand_ids[t]);
+/// One index per u in [0, 1), drawn with probability mass_i / sum(mass) as numpy does: searchsorted on the
+/// cumulative sum at u * sum, side right (choice(p=...), the first centre) or left (_kmeans_plusplus), moved off
+/// zero-mass samples while any mass is left. The masses come in blocks of m.block_rows() samples:
+///   const std::vector<double>& block_sums()   the sum of each block's masses
+///   std::vector<double> block(b)              the masses of block b's samples, in double
+///   void prefetch(blocks)                     a hint: these blocks will be read next
+/// The cumulative sum runs in double over the block sums, then inside the blocks drawn.
+template <class Masses>
+std::vector<std::int64_t> draw(Masses& m, const std::vector<double>& u, bool side_right) {
+  const std::vector<double>& sums = m.block_sums();
+  const std::int64_t B = m.block_rows(), n_blocks = static_cast<std::int64_t>(sums.size());
+  std::vector<double> ends(sums.size());  // the cumulative sum at the end of each block
+  double total = 0;
+  for (std::int64_t b = 0; b < n_blocks; ++b) ends[b] = (total += sums[b]);
+  auto reached = [&](double cum, double r) { return side_right ? cum > r : cum >= r; };
+  std::vector<std::int64_t> blocks(u.size()), out(u.size());
+  for (std::size_t q = 0; q < u.size(); ++q) {
+    const double r = u[q] * total;
+    const auto it = side_right ? std::upper_bound(ends.begin(), ends.end(), r) : std::lower_bound(ends.begin(), ends.end(), r);
+    blocks[q] = std::min<std::int64_t>(it - ends.begin(), n_blocks - 1);
+  }
+  m.prefetch(blocks);
+  for (std::size_t q = 0; q < u.size(); ++q) {
+    const double r = u[q] * total;
+    const std::int64_t b = blocks[q];
+    const std::vector<double> mass = m.block(b);
+    // Past the block's end without reaching r (rounding between the block sum and its samples): its last sample.
+    std::int64_t i = 0;
+    for (double cum = b > 0 ? ends[b - 1] : 0.0; i + 1 < static_cast<std::int64_t>(mass.size()); ++i)
+      if (reached(cum += mass[i], r)) break;
+    out[q] = total > 0 && !(mass[i] > 0) ? positive_mass_near(m, sums, b * B + i) : b * B + i;
+  }
+  return out;
+}
+
+/// The masses of the first draw: the sample weights.
+template <class T>
+class WeightMasses {
+ public:
+  explicit WeightMasses(VectorView<T> w) : w_(w) {
+    const std::int64_t n = w.size();
+    sums_.resize(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock));
+    for (std::size_t b = 0; b < sums_.size(); ++b) {
+      double s = 0;
+      for (double v : block(static_cast<std::int64_t>(b))) s += v;
+      sums_[b] = s;
     }
-    // Potential of each candidate: per block, samples transposed into a d x 256 tile so the distance loop runs
-    // across samples.
-    parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
+  }
+  std::int64_t block_rows() const { return kPlusPlusBlock; }
+  const std::vector<double>& block_sums() const { return sums_; }
+  void prefetch(const std::vector<std::int64_t>&) {}
+  std::vector<double> block(std::int64_t b) const {
+    const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(w_.size(), begin + kPlusPlusBlock);
+    return sampling_masses<T>(w_.data() + begin, nullptr, end - begin);
+  }
+
+ private:
+  VectorView<T> w_;
+  std::vector<double> sums_;
+};
+
+/// scikit-learn's _kmeans_plusplus (greedy) on centred data, for any engine that keeps closest_i, each sample's
+/// squared distance to its nearest centre so far, and provides:
+///   void start(c)                        closest = ||x - c||^2 for the first centre (a 1 x d matrix)
+///   std::vector<double> potentials(cand) per candidate row: sum_i w_i min(closest_i, ||x_i - cand||^2)
+///   void keep(t)                         closest = min(closest, ||x - cand_t||^2) for the last potentials' candidates
+///   the sampling masses w_i * closest_i in blocks, as draw reads them
+/// The first centre is drawn with probability w / sum(w); then each round draws 2 + int(log k) candidates
+/// proportional to w * closest and keeps the one of lowest potential (the first on ties, as np.argmin).
+template <class T, class Engine>
+Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  const int n_trials = plus_plus_trials(k);
+  Matrix<T> centers(k, X.cols()), cand(n_trials, X.cols());
+  WeightMasses<T> weights(w);
+  centers.row(0) = X.row(draw(weights, {uniform01(rng)}, true)[0]);
+  engine.start(Matrix<T>(centers.topRows(1)));
+  std::vector<double> u(static_cast<std::size_t>(n_trials));
+  for (int c = 1; c < k; ++c) {
+    for (double& x : u) x = uniform01(rng);
+    const std::vector<std::int64_t> ids = draw(engine, u, false);
+    for (int t = 0; t < n_trials; ++t) cand.row(t) = X.row(ids[t]);
+    const std::vector<double> pot = engine.potentials(cand);
+    const int best = static_cast<int>(std::min_element(pot.begin(), pot.end()) - pot.begin());
+    engine.keep(best);
+    centers.row(c) = cand.row(best);
+  }
+  return centers;
+}
+
+/// The host engine of plus_plus_loop. Distances are exact (from differences); potentials are summed per lane in T
+/// and per block in double, the blocks in order, so results do not depend on the thread count.
+template <class T>
+class HostPlusPlus {
+ public:
+  HostPlusPlus(MatrixView<T> X, VectorView<T> w, int n_trials)
+      : X_(X),
+        w_(w),
+        n_trials_(n_trials),
+        bl_(blocking<T>(X.rows(), 1, X.cols())),
+        closest_(static_cast<std::size_t>(X.rows())),
+        cand_dist_(static_cast<std::size_t>(n_trials) * static_cast<std::size_t>(X.rows())),
+        block_sums_(static_cast<std::size_t>((X.rows() + kPlusPlusBlock - 1) / kPlusPlusBlock)) {}
+
+  void start(const Matrix<T>& centre) {
+    const std::int64_t d = X_.cols();
+    parallel_chunks(X_.rows(), bl_.block, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) closest_[i] = sq_dist(X_.data() + i * X_.outerStride(), centre.data(), d);
+    });
+    sum_blocks();
+  }
+
+  /// Per block, samples are transposed into a d x 256 tile so the distance loop runs across samples.
+  std::vector<double> potentials(const Matrix<T>& cand) {
+    const std::int64_t n = X_.rows(), d = X_.cols();
+    std::vector<double> part(static_cast<std::size_t>(n_trials_ * bl_.n_blocks));
+    parallel_chunks(n, bl_.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
       std::vector<T> xt(static_cast<std::size_t>(d * kChunk));
       alignas(64) T ct[kChunk], wt[kChunk], out[kChunk];
-      std::vector<double> pot(static_cast<std::size_t>(n_trials), 0.0);
+      std::vector<double> pot(static_cast<std::size_t>(n_trials_), 0.0);
       for (std::int64_t cb = b; cb < e; cb += kChunk) {
         const std::int64_t m = std::min(kChunk, e - cb);
         for (std::int64_t i = 0; i < m; ++i)
-          for (std::int64_t f = 0; f < d; ++f) xt[f * kChunk + i] = X(cb + i, f);
+          for (std::int64_t f = 0; f < d; ++f) xt[f * kChunk + i] = X_(cb + i, f);
         for (std::int64_t i = 0; i < m; ++i) {
-          ct[i] = closest[cb + i];
-          wt[i] = w[cb + i];
+          ct[i] = closest_[cb + i];
+          wt[i] = w_[cb + i];
         }
         if (m < kChunk) {
           for (std::int64_t f = 0; f < d; ++f) std::fill(xt.data() + f * kChunk + m, xt.data() + (f + 1) * kChunk, T(0));
           std::fill(ct + m, ct + kChunk, T(0));
           std::fill(wt + m, wt + kChunk, T(0));
         }
-        for (int t = 0; t < n_trials; ++t) {
-          pot[t] += kmeans_detail::potential_tile<T>(xt.data(), d, cand.data() + t * d, ct, wt, out);
-          std::copy(out, out + m, cand_dist.begin() + t * n + cb);
+        for (int t = 0; t < n_trials_; ++t) {
+          pot[t] += potential_tile<T>(xt.data(), d, cand.data() + t * d, ct, wt, out);
+          std::copy(out, out + m, cand_dist_.begin() + t * n + cb);
         }
       }
-      for (int t = 0; t < n_trials; ++t) cand_pot[t * bl.n_blocks + blk] = pot[t];
+      for (int t = 0; t < n_trials_; ++t) part[t * bl_.n_blocks + blk] = pot[t];
     });
-    int best = 0;
-    double best_pot = std::numeric_limits<double>::infinity();
-    for (int t = 0; t < n_trials; ++t) {
-      double p = 0;
-      for (std::int64_t blk = 0; blk < bl.n_blocks; ++blk) p += cand_pot[t * bl.n_blocks + blk];
-      if (p < best_pot) {
-        best_pot = p;
-        best = t;
-      }
-    }
-    std::copy(cand_dist.begin() + best * n, cand_dist.begin() + (best + 1) * n, closest.begin());
-    centers.row(c) = X.row(cand_ids[best]);
+    std::vector<double> total(static_cast<std::size_t>(n_trials_), 0.0);
+    for (int t = 0; t < n_trials_; ++t)
+      for (std::int64_t blk = 0; blk < bl_.n_blocks; ++blk) total[t] += part[t * bl_.n_blocks + blk];
+    return total;
   }
-  return centers;
+
+  void keep(int t) {
+    const std::int64_t n = X_.rows();
+    std::copy(cand_dist_.begin() + t * n, cand_dist_.begin() + (t + 1) * n, closest_.begin());
+    sum_blocks();
+  }
+
+  std::int64_t block_rows() const { return kPlusPlusBlock; }
+  const std::vector<double>& block_sums() const { return block_sums_; }
+  void prefetch(const std::vector<std::int64_t>&) {}
+  std::vector<double> block(std::int64_t b) const {
+    const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(X_.rows(), begin + kPlusPlusBlock);
+    return sampling_masses<T>(w_.data() + begin, closest_.data() + begin, end - begin);
+  }
+
+ private:
+  void sum_blocks() {
+    parallel_chunks(X_.rows(), kPlusPlusBlock, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
+      double s = 0;
+      for (double v : sampling_masses<T>(w_.data() + b, closest_.data() + b, e - b)) s += v;
+      block_sums_[blk] = s;
+    });
+  }
+
+  MatrixView<T> X_;
+  VectorView<T> w_;
+  int n_trials_;
+  Blocking bl_;
+  std::vector<T> closest_, cand_dist_;
+  std::vector<double> block_sums_;
+};
+
+}  // namespace kmeans_detail
+
+/// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, on the host (kmeans_detail::plus_plus_loop).
+/// Samples with w * D^2 = 0 are never drawn while any positive mass is left.
+template <class T>
+Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k));
+  return kmeans_detail::plus_plus_loop<T>(engine, X, w, k, rng);
 }
 
 /// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)

@@ -1,0 +1,193 @@
+// The Vulkan engine of greedy k-means++: the candidates' potentials and the kept centre's distance update run on
+// the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is host::kmeans_detail::plus_plus_loop,
+// shared with the host engine. Samples are split in chunks that each fit one binding, as LloydEngine does. Per
+// round the host downloads one mass sum (w * closest) per block of 1024 samples, prefix-sums them in double, and
+// then only the distances of the blocks its draws land in; the candidates' potentials come back as one partial per
+// workgroup, added in double in a fixed order.
+//
+// Against the host engine: the device sums block masses and per-workgroup potentials in T, where the host sums
+// in double. A draw can therefore differ only where its random number falls within that rounding of a boundary of
+// the cumulative sum, and the kept candidate only where two potentials tie within it.
+#pragma once
+
+#include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/distance.hpp>
+#include <gpuml/shaders/kmeans_plus_plus_f32.hpp>
+#include <gpuml/shaders/kmeans_plus_plus_f64.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+namespace gpuml::kernels {
+
+template <class T>
+vulkan::ShaderCode plus_plus_shader() {
+  if constexpr (std::is_same_v<T, float>)
+    return {shaders::kmeans_plus_plus_f32, std::size(shaders::kmeans_plus_plus_f32), "kmeans_plus_plus_f32"};
+  else
+    return {shaders::kmeans_plus_plus_f64, std::size(shaders::kmeans_plus_plus_f64), "kmeans_plus_plus_f64"};
+}
+
+/// Device-resident data of one k-means++ seeding: X, weights and the distances to the nearest centre so far, in
+/// chunks of whole sampling blocks; plus_plus_loop's engine interface.
+template <class T>
+class PlusPlusEngine {
+ public:
+  // 128 threads and 1 KiB of shared memory (double) fit every Vulkan device's guaranteed limits.
+  static constexpr std::uint32_t kThreads = 128, kSamplesPerThread = 8, kMaxGroups = 1024;
+  static constexpr std::uint64_t kBlock = kThreads * kSamplesPerThread;  // one shader tile per sampling block
+  static_assert(kBlock == host::kmeans_detail::kPlusPlusBlock, "the host and device engines sample the same blocks");
+
+  /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).
+  PlusPlusEngine(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int n_trials, std::uint64_t max_chunk_bytes = 0)
+      : dev_(device), w_(w), n_(X.rows()), d_(X.cols()), trials_(static_cast<std::uint32_t>(n_trials)) {
+    require_scalar_support<T>(device);
+    const std::uint64_t s = sizeof(T);
+    std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+    if (max_chunk_bytes) max_bytes = std::min(max_bytes, max_chunk_bytes);
+    chunk_rows_ = rows_per_block(n_, d_ * s, max_bytes, "X");
+    if (chunk_rows_ < n_) chunk_rows_ = std::max(kBlock, chunk_rows_ / kBlock * kBlock);
+    for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk_rows_) {
+      Chunk c;
+      c.first = r0;
+      c.rows = std::min(chunk_rows_, n_ - r0);
+      c.groups = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>({kMaxGroups, ceil_div(c.rows, kBlock), device.info().max_workgroup_count[0]}));
+      c.partial_base = parts_;
+      parts_ += c.groups;
+      c.x = device.buffer(c.rows * d_ * s);
+      c.w = device.buffer(c.rows * s);
+      c.closest = device.buffer(c.rows * s);
+      vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
+      vulkan::upload(device, c.w, 0, w.data() + r0, c.rows * s);
+      chunks_.push_back(std::move(c));
+    }
+    block_sums_.resize(ceil_div(n_, kBlock));
+    cand_ = device.buffer(trials_ * d_ * s);
+    cand_staging_ = device.buffer(trials_ * d_ * s, vulkan::MemoryUse::upload);
+    partials_ = device.buffer(std::uint64_t(parts_) * trials_ * s);
+    block_mass_ = device.buffer(block_sums_.size() * s);
+    readback_ = device.buffer(std::max<std::uint64_t>({block_sums_.size(), std::uint64_t(parts_) * trials_, trials_ * kBlock}) * s,
+                              vulkan::MemoryUse::readback);
+    const std::uint32_t d = static_cast<std::uint32_t>(d_);
+    potentials_ = &device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 0}});
+    commit_ = &device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 1}});
+  }
+
+  /// How many chunks X was split into.
+  std::uint64_t chunks() const { return chunks_.size(); }
+
+  void start(const Matrix<T>& centre) { commit(&centre, 0); }
+
+  std::vector<double> potentials(const Matrix<T>& cand) {
+    vulkan::Commands cmds(dev_);
+    stage_candidates(cmds, cand);
+    for (auto& c : chunks_) {
+      const std::uint32_t push[5] = {std::uint32_t(c.rows), c.groups, c.partial_base, 0, 0};
+      cmds.dispatch(*potentials_, {c.x, c.w, c.closest, cand_, partials_}, push, c.groups);
+    }
+    cmds.barrier();
+    cmds.copy(partials_, 0, readback_, 0, std::uint64_t(parts_) * trials_ * sizeof(T));
+    cmds.submit_and_wait();
+    const T* part = static_cast<const T*>(readback_.mapped());
+    std::vector<double> total(trials_, 0.0);
+    for (std::uint32_t g = 0; g < parts_; ++g)
+      for (std::uint32_t t = 0; t < trials_; ++t) total[t] += static_cast<double>(part[std::uint64_t(g) * trials_ + t]);
+    return total;
+  }
+
+  void keep(int t) { commit(nullptr, static_cast<std::uint32_t>(t)); }
+
+  // The sampling masses, as host::kmeans_detail::draw reads them.
+  std::int64_t block_rows() const { return static_cast<std::int64_t>(kBlock); }
+  const std::vector<double>& block_sums() const { return block_sums_; }
+
+  /// Downloads the distances of the blocks not yet read this round, in one submission.
+  void prefetch(const std::vector<std::int64_t>& blocks) {
+    std::vector<std::int64_t> todo;
+    for (std::int64_t b : blocks)
+      if (!masses_.count(b) && std::find(todo.begin(), todo.end(), b) == todo.end()) todo.push_back(b);
+    if (todo.empty()) return;
+    const std::uint64_t s = sizeof(T);
+    for (std::size_t begin = 0; begin < todo.size(); begin += trials_) {  // the readback buffer holds trials_ blocks
+      const std::size_t end = std::min<std::size_t>(todo.size(), begin + trials_);
+      vulkan::Commands cmds(dev_);
+      for (std::size_t j = begin; j < end; ++j) {
+        const auto [chunk, row, rows] = locate(todo[j]);
+        cmds.copy(chunk->closest, row * s, readback_, (j - begin) * kBlock * s, rows * s);
+      }
+      cmds.submit_and_wait();
+      for (std::size_t j = begin; j < end; ++j) {
+        const std::uint64_t first = std::uint64_t(todo[j]) * kBlock, rows = std::get<2>(locate(todo[j]));
+        const T* closest = static_cast<const T*>(readback_.mapped()) + (j - begin) * kBlock;
+        masses_[todo[j]] = host::kmeans_detail::sampling_masses<T>(w_.data() + first, closest, std::int64_t(rows));
+      }
+    }
+  }
+
+  std::vector<double> block(std::int64_t b) {
+    prefetch({b});
+    return masses_.at(b);
+  }
+
+ private:
+  struct Chunk {
+    std::uint64_t first = 0, rows = 0;
+    std::uint32_t groups = 0, partial_base = 0;
+    vulkan::Buffer x, w, closest;
+  };
+
+  /// The chunk holding sampling block b, the block's first row inside it, and its row count.
+  std::tuple<const Chunk*, std::uint64_t, std::uint64_t> locate(std::int64_t b) const {
+    const std::uint64_t first = std::uint64_t(b) * kBlock;
+    const Chunk& c = chunks_[first / chunk_rows_];
+    return {&c, first - c.first, std::min(kBlock, c.first + c.rows - first)};
+  }
+
+  void stage_candidates(vulkan::Commands& cmds, const Matrix<T>& cand) {
+    std::copy_n(cand.data(), cand.size(), static_cast<T*>(cand_staging_.mapped()));
+    cmds.copy(cand_staging_, 0, cand_, 0, std::uint64_t(cand.size()) * sizeof(T));
+    cmds.barrier();
+  }
+
+  /// closest = min(closest, ||x - cand_t||^2), or with `first` the distances to that single centre; then the
+  /// blocks' mass sums come back and the blocks read in the last round are forgotten.
+  void commit(const Matrix<T>* first, std::uint32_t t) {
+    vulkan::Commands cmds(dev_);
+    if (first) stage_candidates(cmds, *first);
+    else cmds.barrier();  // after the last round's reads of closest
+    for (auto& c : chunks_) {
+      const std::uint32_t push[5] = {std::uint32_t(c.rows), c.groups, std::uint32_t(c.first / kBlock), t, first ? 1u : 0u};
+      cmds.dispatch(*commit_, {c.x, c.w, c.closest, cand_, block_mass_}, push, c.groups);
+    }
+    cmds.barrier();
+    cmds.copy(block_mass_, 0, readback_, 0, block_sums_.size() * sizeof(T));
+    cmds.submit_and_wait();
+    const T* sums = static_cast<const T*>(readback_.mapped());
+    for (std::size_t b = 0; b < block_sums_.size(); ++b) block_sums_[b] = static_cast<double>(sums[b]);
+    masses_.clear();
+  }
+
+  vulkan::Device& dev_;
+  VectorView<T> w_;
+  std::uint64_t n_, d_, chunk_rows_ = 0;
+  std::uint32_t trials_, parts_ = 0;
+  std::vector<Chunk> chunks_;
+  std::vector<double> block_sums_;
+  std::map<std::int64_t, std::vector<double>> masses_;  // per-sample masses of the blocks read this round
+  vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_;
+  const vulkan::Kernel *potentials_ = nullptr, *commit_ = nullptr;
+};
+
+/// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.
+template <class T>
+Matrix<T> kmeans_plus_plus(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
+                           std::uint64_t max_chunk_bytes = 0) {
+  PlusPlusEngine<T> engine(device, X, w, host::kmeans_detail::plus_plus_trials(k), max_chunk_bytes);
+  return host::kmeans_detail::plus_plus_loop<T>(engine, X, w, k, rng);
+}
+
+}  // namespace gpuml::kernels

@@ -1,0 +1,101 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Greedy k-means++ over one chunk of samples, in two variants (MODE):
+//   0, potentials: for every trial candidate t, the workgroup's partial potential
+//        sum_i w_i min(closest_i, ||x_i - cand_t||^2)                 -> out[(out_base + group) * TRIALS + t]
+//   1, commit:     closest_i = min(closest_i, ||x_i - cand_c||^2) (the distance alone for the first centre), and per
+//        tile of TILE samples the sampling mass sum_i w_i closest_i    -> out[out_base + tile]
+// Distances come from differences (exact 0 when x == c), accumulated in feature order with fma in both variants, so
+// the committed distances are the ones the potentials used. Persistent workgroups take tiles g, g + groups, ...;
+// every sum runs in a fixed order (per thread over its samples, then a tree in shared memory): results are
+// bitwise reproducible without float atomics.
+#include "common.glsl"
+
+layout(constant_id = 0) const uint THREADS = 128;  // a power of two
+layout(constant_id = 1) const uint SPT = 8;        // samples per thread per tile
+layout(constant_id = 2) const uint D = 2;          // features
+layout(constant_id = 3) const uint TRIALS = 2;     // candidates per round
+layout(constant_id = 4) const uint MODE = 0;       // 0: potentials, 1: commit
+layout(local_size_x_id = 0) in;
+
+const uint TILE = THREADS * SPT;
+
+layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = 2) buffer ClosestBuf { scalar closest[]; };
+layout(std430, binding = 3) readonly buffer CandBuf { scalar cand[]; };
+layout(std430, binding = 4) writeonly buffer OutBuf { scalar out_[]; };
+layout(push_constant) uniform Push {
+  uint rows;       // samples in this chunk
+  uint groups;     // workgroups in this dispatch
+  uint out_base;   // potentials: partial row of the first workgroup; commit: global index of the chunk's first tile
+  uint candidate;  // commit: the candidate kept
+  uint first;      // commit: 1 for the first centre (no earlier distance to compare with)
+} p;
+
+shared scalar red[THREADS];
+
+// The group's sum of v, in a fixed tree order.
+scalar group_sum(scalar v) {
+  const uint t = gl_LocalInvocationID.x;
+  barrier();  // red[0] of the previous call has been read
+  red[t] = v;
+  for (uint half_ = THREADS / 2; half_ > 0; half_ /= 2) {
+    barrier();
+    if (t < half_) red[t] += red[t + half_];
+  }
+  barrier();
+  return red[0];
+}
+
+void potentials(uint g, uint ntiles) {
+  scalar pot[TRIALS];
+  for (uint c = 0; c < TRIALS; ++c) pot[c] = scalar(0);
+  for (uint tile = g; tile < ntiles; tile += p.groups)
+    for (uint s = 0; s < SPT; ++s) {
+      const uint i = tile * TILE + s * THREADS + gl_LocalInvocationID.x;
+      if (i >= p.rows) continue;
+      scalar d2[TRIALS];
+      for (uint c = 0; c < TRIALS; ++c) d2[c] = scalar(0);
+      for (uint f = 0; f < D; ++f) {
+        const scalar x = X[i * D + f];
+        for (uint c = 0; c < TRIALS; ++c) {
+          const scalar diff = x - cand[c * D + f];
+          d2[c] = fma(diff, diff, d2[c]);
+        }
+      }
+      const scalar ci = closest[i], wi = W[i];
+      for (uint c = 0; c < TRIALS; ++c) pot[c] = fma(wi, min(ci, d2[c]), pot[c]);
+    }
+  for (uint c = 0; c < TRIALS; ++c) {
+    const scalar total = group_sum(pot[c]);
+    if (gl_LocalInvocationID.x == 0) out_[(p.out_base + g) * TRIALS + c] = total;
+  }
+}
+
+void commit(uint g, uint ntiles) {
+  for (uint tile = g; tile < ntiles; tile += p.groups) {
+    scalar mass = scalar(0);
+    for (uint s = 0; s < SPT; ++s) {
+      const uint i = tile * TILE + s * THREADS + gl_LocalInvocationID.x;
+      if (i >= p.rows) continue;
+      scalar d2 = scalar(0);
+      for (uint f = 0; f < D; ++f) {
+        const scalar diff = X[i * D + f] - cand[p.candidate * D + f];
+        d2 = fma(diff, diff, d2);
+      }
+      const scalar c = p.first != 0 ? d2 : min(closest[i], d2);
+      closest[i] = c;
+      mass = fma(W[i], c, mass);
+    }
+    const scalar total = group_sum(mass);
+    if (gl_LocalInvocationID.x == 0) out_[p.out_base + tile] = total;
+  }
+}
+
+void main() {
+  const uint g = linear_group_id();
+  const uint ntiles = (p.rows + TILE - 1) / TILE;
+  if (MODE == 0) potentials(g, ntiles);
+  else commit(g, ntiles);
+}
