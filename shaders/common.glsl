@@ -4,9 +4,11 @@
 
 #if defined(GPUML_F64)
 #define scalar double
+#define scalar4 dvec4
 scalar scalar_inf() { return packDouble2x32(uvec2(0u, 0x7FF00000u)); }
 #else
 #define scalar float
+#define scalar4 vec4
 scalar scalar_inf() { return uintBitsToFloat(0x7F800000u); }
 #endif
 

@@ -26,6 +26,7 @@ const uint KT_PER_KS = KS / KT;
 const uint WORDS = THREADS / 32;
 const uint DW = D + 1;  // a partial row: D weighted sums, then the weight
 const uint TILE = THREADS * SPT;
+const uint DS4 = (DS + 3) / 4;  // a shared centre row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
 
 layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
@@ -42,7 +43,7 @@ layout(push_constant) uniform Push {
   uint update;        // 0: labels only (predict, the final E-step)
 } p;
 
-shared scalar Cs[KS * DS];
+shared scalar4 Cs[KS * DS4];
 shared scalar Cn[KS];
 shared uint masks[K * WORDS];
 shared scalar Acc[K * DW * ACC_SHARED + 1];
@@ -50,9 +51,9 @@ shared uint group_changed;
 
 void load_centres(uint cs, uint fs) {
   barrier();
-  for (uint e = gl_LocalInvocationID.x; e < KS * DS; e += THREADS) {
-    const uint c = cs * KS + e / DS, f = fs * DS + e % DS;
-    Cs[e] = (c < K && f < D) ? C[c * D + f] : scalar(0);
+  for (uint e = gl_LocalInvocationID.x; e < KS * DS4 * 4; e += THREADS) {
+    const uint c = cs * KS + e / (DS4 * 4), f = e % (DS4 * 4), j = fs * DS + f;
+    Cs[e / 4][e % 4] = (c < K && f < DS && j < D) ? C[c * D + j] : scalar(0);
   }
   for (uint e = gl_LocalInvocationID.x; e < KS; e += THREADS) {
     const uint c = cs * KS + e;
@@ -113,12 +114,23 @@ void main() {
             }
           for (uint kk = 0; kk < KT; ++kk) {
             const uint c = cs * KS + kt * KT + kk;
-            for (uint f = 0; f < DS; ++f) {
+            for (uint f4 = 0; f4 < DS4; ++f4) {
               // Resident centres come from shared memory; otherwise the same value for every thread straight
               // from global memory (cached), which needs no barriers inside these loops.
-              const uint j = fs * DS + f;
-              const scalar cv = resident ? Cs[(kt * KT + kk) * DS + f] : ((c < K && j < D) ? C[c * D + j] : scalar(0));
-              for (uint s = 0; s < SPT; ++s) acc[s * KT + kk] = fma(xr[s * DS + f], cv, acc[s * KT + kk]);
+              scalar4 cv;
+              if (resident) {
+                cv = Cs[(kt * KT + kk) * DS4 + f4];
+              } else {
+                for (uint q = 0; q < 4; ++q) {
+                  const uint f = f4 * 4 + q, j = fs * DS + f;
+                  cv[q] = (c < K && f < DS && j < D) ? C[c * D + j] : scalar(0);
+                }
+              }
+              for (uint q = 0; q < 4; ++q) {
+                const uint f = f4 * 4 + q;
+                if (f < DS)
+                  for (uint s = 0; s < SPT; ++s) acc[s * KT + kk] = fma(xr[s * DS + f], cv[q], acc[s * KT + kk]);
+              }
             }
           }
         }

@@ -3,17 +3,19 @@
 // Fused brute-force k-NN: distances of a block of queries to a range (a "split") of database rows, with the k
 // best kept per query as the database tiles stream by. No query x database matrix is ever stored.
 //
-// Grid: x = query tile (WY*TM queries), y = database split (split_rows rows, a multiple of WX*TN).
-// Per database tile of WX*TN rows the workgroup computes the (WY*TM) x (WX*TN) block of selection values
-// GEMM-style in registers (features staged through shared memory BK at a time, as pairwise_sq_distances), then
-// flags the queries for which some value reaches the query's threshold (the value of its current k-th best).
-// Once the heaps are warm almost no tile flags anything, so nearly every value is rejected by one compare.
-// Otherwise the values are staged through shared memory SR queries at a time (over the staging tiles) and each
-// flagged query is scanned by one thread, which inserts into a bounded max-heap of (value, index) pairs kept in
-// the output buffers (global memory, k entries per query and split, initialised to (+inf, 0xffffffff)).
+// Grid: x = query tile (BM = WY*TM queries), y = database split (split_rows rows, a multiple of BN = WX*TN).
+// Per database tile of BN rows the workgroup computes the BM x BN block of selection values with the
+// register-blocked tile product (tile_product.glsl). Every thread then tests its values against each query's
+// threshold (the query's current k-th best pair). When some value passes, TN rounds follow: in round j every
+// thread appends its passing values of column j to their queries' queues in shared memory (at most WX values per
+// query and round, so a queue never overflows), and one thread per query inserts its queue into the query's
+// bounded max-heap of (value, index) pairs, kept in the output buffers (global memory, k entries per query and
+// split, initialised to (+inf, 0xffffffff)). Once the heaps are warm almost no value passes, and a tile costs
+// little more than its product.
 //
-// Order: (value, index) lexicographic, so equal values go to the lower database index and the kept set does not
-// depend on the tiling or the number of splits. Every value is formed by the same instruction sequence (an FMA
+// Order: (value, index) lexicographic, so equal values go to the lower database index; the kept set (though not
+// the heap's layout) is independent of the tiling, the splits and the order of the queue, because a pair that
+// fails the threshold can never enter the k best. Every value is formed by the same instruction sequence (one
 // chain over the features in order), so identical database rows get bit-identical values.
 //
 // Selection values (smaller is better): 0 sqeuclidean/euclidean |q|^2 + |x|^2 - 2<q,x>; 1 manhattan; 2 chebyshev;
@@ -22,19 +24,12 @@
 
 layout(constant_id = 0) const uint WX = 16;
 layout(constant_id = 1) const uint WY = 16;
-layout(constant_id = 2) const uint TM = 4;
-layout(constant_id = 3) const uint TN = 4;
+layout(constant_id = 2) const uint TM = 8;
+layout(constant_id = 3) const uint TN = 8;
 layout(constant_id = 4) const uint BK = 16;
 layout(constant_id = 5) const uint METRIC = 0;
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
 
-const uint BM = WY * TM;  // queries per workgroup
-const uint BN = WX * TN;  // database rows per tile
-const uint NT = WX * WY;
-// Shared memory: the feature staging tiles, reused between tiles for the values of SR queries at a time.
-const uint A_SIZE = BK * (BM + 1);
-const uint STAGE = A_SIZE + BK * (BN + 1);
-const uint SR = (STAGE / (BN + 1) < BM) ? STAGE / (BN + 1) : BM;
 const uint SQEUCLIDEAN = 0, MANHATTAN = 1, CHEBYSHEV = 2, COSINE = 3, INNER_PRODUCT = 4;
 const uint NONE = 0xffffffffu;
 
@@ -48,13 +43,34 @@ layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
 // the block's first row.
 layout(push_constant) uniform Push { uint m; uint n; uint d; uint k; uint split_rows; uint base; } p;
 
-shared scalar smem[STAGE];
+scalar combine(scalar acc, scalar a, scalar b) {
+  if (METRIC == MANHATTAN) return acc + abs(a - b);
+  if (METRIC == CHEBYSHEV) return max(acc, abs(a - b));
+  return fma(a, b, acc);
+}
+scalar load_a(uint row, uint f);
+scalar load_b(uint row, uint f);
+#include "tile_product.glsl"
+
+uint tile_col0, tile_end;  // the database tile being multiplied: [tile_col0, min(tile_col0 + BN, tile_end))
+
+scalar load_a(uint row, uint f) {
+  const uint q = gl_WorkGroupID.x * BM + row;
+  return (q < p.m && f < p.d) ? Q[q * p.d + f] : scalar(0);
+}
+scalar load_b(uint row, uint f) {
+  const uint c = tile_col0 + row;
+  return (c < tile_end && f < p.d) ? X[c * p.d + f] : scalar(0);
+}
+
 shared scalar qaux[BM];
 shared scalar xaux[BN];
 shared scalar thr[BM];
 shared uint thr_idx[BM];
-shared uint flag[BM];
-shared uint any_flag;
+shared uint queued[BM];
+shared scalar queue_v[BM * WX];
+shared uint queue_i[BM * WX];
+shared uint passed[2];  // per tile parity: some value of the tile passed its query's threshold
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 
@@ -64,78 +80,45 @@ scalar row_aux(scalar sq) {
 }
 
 void main() {
-  const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
-  const uint tid = ty * WX + tx;
+  const uint tid = gl_LocalInvocationID.y * WX + gl_LocalInvocationID.x;
   const uint row0 = gl_WorkGroupID.x * BM;
   const uint split = gl_WorkGroupID.y;
   const uint c_begin = split * p.split_rows;
   const uint c_end = min(p.n, c_begin + p.split_rows);
   const bool uses_norms = METRIC == SQEUCLIDEAN || METRIC == COSINE;
-#if defined(GPUML_F64)
-  const scalar inf = packDouble2x32(uvec2(0u, 0x7ff00000u));
-#else
-  const scalar inf = uintBitsToFloat(0x7f800000u);
-#endif
 
   for (uint r = tid; r < BM; r += NT) {
     const uint q = row0 + r;
     if (q < p.m) {
       const uint h = (split * p.m + q) * p.k;
       for (uint e = 0; e < p.k; ++e) {
-        hv[h + e] = inf;
+        hv[h + e] = scalar_inf();
         hi[h + e] = NONE;
       }
     }
     qaux[r] = (uses_norms && q < p.m) ? row_aux(qn[q]) : scalar(0);
-    thr[r] = inf;
+    thr[r] = scalar_inf();
     thr_idx[r] = NONE;
-    flag[r] = 0;
+    queued[r] = 0;
   }
-  if (tid == 0) any_flag = 0;
+  if (tid < 2) passed[tid] = 0;
+  tile_end = c_end;
 
-  for (uint col0 = c_begin; col0 < c_end; col0 += BN) {
+  uint parity = 0;
+  for (uint col0 = c_begin; col0 < c_end; col0 += BN, parity ^= 1u) {
+    tile_col0 = col0;
     for (uint c = tid; c < BN; c += NT) {
       const uint gc = col0 + c;
       xaux[c] = (uses_norms && gc < c_end) ? row_aux(xn[gc]) : scalar(0);
     }
+    scalar acc[ACC];
+    tile_product(acc, p.d);  // its barriers also publish xaux
 
-    scalar acc[TM * TN];
-    for (uint e = 0; e < TM * TN; ++e) acc[e] = scalar(0);
-    for (uint k0 = 0; k0 < p.d; k0 += BK) {
-      for (uint e = tid; e < BM * BK; e += NT) {
-        const uint r = e / BK, kk = e % BK, gr = row0 + r, gk = k0 + kk;
-        smem[kk * (BM + 1) + r] = (gr < p.m && gk < p.d) ? Q[gr * p.d + gk] : scalar(0);
-      }
-      for (uint e = tid; e < BN * BK; e += NT) {
-        const uint c = e / BK, kk = e % BK, gc = col0 + c, gk = k0 + kk;
-        smem[A_SIZE + kk * (BN + 1) + c] = (gc < c_end && gk < p.d) ? X[gc * p.d + gk] : scalar(0);
-      }
-      barrier();
-      for (uint kk = 0; kk < BK; ++kk) {
-        scalar a[TM], b[TN];
-        for (uint i = 0; i < TM; ++i) a[i] = smem[kk * (BM + 1) + i * WY + ty];
-        for (uint j = 0; j < TN; ++j) b[j] = smem[A_SIZE + kk * (BN + 1) + j * WX + tx];
-        for (uint i = 0; i < TM; ++i)
-          for (uint j = 0; j < TN; ++j) {
-            if (METRIC == MANHATTAN) {
-              acc[i * TN + j] += abs(a[i] - b[j]);
-            } else if (METRIC == CHEBYSHEV) {
-              acc[i * TN + j] = max(acc[i * TN + j], abs(a[i] - b[j]));
-            } else {
-              acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
-            }
-          }
-      }
-      barrier();
-    }
-
-    // Selection values (in place in the accumulators); flag the queries some value may enter. Once the
-    // thresholds are warm almost no tile flags anything and the workgroup moves straight on.
+    bool any = false;
     for (uint i = 0; i < TM; ++i) {
-      const uint r = i * WY + ty;
-      const scalar t = thr[r];
+      const uint r = tile_row_a(i);
       for (uint j = 0; j < TN; ++j) {
-        const uint c = j * WX + tx;
+        const uint c = tile_row_b(j);
         const scalar s = acc[i * TN + j];
         scalar v;
         if (METRIC == SQEUCLIDEAN) v = (qaux[r] + xaux[c]) - scalar(2) * s;
@@ -143,36 +126,34 @@ void main() {
         else if (METRIC == INNER_PRODUCT) v = -s;
         else v = s;
         acc[i * TN + j] = v;
-        if (col0 + c < c_end && v <= t) {
-          flag[r] = 1;
-          any_flag = 1;
-        }
+        any = any || (col0 + c < c_end && row0 + r < p.m && before(v, p.base + col0 + c, thr[r], thr_idx[r]));
       }
     }
+    if (any) passed[parity] = 1u;
+    if (tid == 0) passed[parity ^ 1u] = 0u;  // last read in the previous tile, before this tile's product
     barrier();
-    if (any_flag == 0) continue;  // uniform: read by every thread after the barrier, reset only below
+    if (passed[parity] == 0u) continue;  // uniform
 
-    // SR queries at a time: values to shared memory (over the staging tiles), flagged queries scanned by one
-    // thread each into their heaps.
-    for (uint r0 = 0; r0 < BM; r0 += SR) {
+    for (uint j = 0; j < TN; ++j) {
+      const uint c = tile_row_b(j), gc = col0 + c;
       for (uint i = 0; i < TM; ++i) {
-        const uint r = i * WY + ty;
-        if (r < r0 || r >= r0 + SR) continue;
-        for (uint j = 0; j < TN; ++j) smem[(r - r0) * (BN + 1) + j * WX + tx] = acc[i * TN + j];
+        const uint r = tile_row_a(i);
+        if (gc >= c_end || row0 + r >= p.m || !before(acc[i * TN + j], p.base + gc, thr[r], thr_idx[r])) continue;
+        const uint slot = atomicAdd(queued[r], 1u);  // < WX: one value per thread of the row's WX threads
+        queue_v[r * WX + slot] = acc[i * TN + j];
+        queue_i[r * WX + slot] = p.base + gc;
       }
       barrier();
-      for (uint r = r0 + tid; r < min(r0 + SR, BM); r += NT) {
-        const uint q = row0 + r;
-        if (flag[r] == 0) continue;
-        flag[r] = 0;
-        if (q >= p.m) continue;
-        const uint h = (split * p.m + q) * p.k;
+      for (uint r = tid; r < BM; r += NT) {
+        const uint count = queued[r];
+        if (count == 0) continue;
+        queued[r] = 0;
+        const uint h = (split * p.m + row0 + r) * p.k;
         scalar t = thr[r];
         uint ti = thr_idx[r];
-        const uint cn = min(BN, c_end - col0);
-        for (uint c = 0; c < cn; ++c) {
-          const scalar v = smem[(r - r0) * (BN + 1) + c];
-          const uint vi = p.base + col0 + c;
+        for (uint s = 0; s < count; ++s) {
+          const scalar v = queue_v[r * WX + s];
+          const uint vi = queue_i[r * WX + s];
           if (!before(v, vi, t, ti)) continue;
           // Replace the root (the worst kept pair) and sift down.
           uint pos = 0;
@@ -195,6 +176,5 @@ void main() {
       }
       barrier();
     }
-    if (tid == 0) any_flag = 0;
   }
 }

@@ -121,7 +121,7 @@ TEST_P(DistanceTest, OperandLargerThanOneBindingIsSplit) {
   const Matrix<float> X = random_matrix<float>(n, d, 51);
   const Matrix<float> Y = random_matrix<float>(5, d, 52);
   // A narrow tile (16 columns) keeps the work proportional to the 5 columns of D on a slow CPU device.
-  using NarrowTile = gpuml::kernels::DistanceTile<8, 8, 2, 2, 8>;
+  using NarrowTile = gpuml::kernels::DistanceTile<4, 8, 4, 4, 8>;
   const Matrix<float> D = gpuml::pairwise_sq_distances<float, NarrowTile>(X, Y, b);
   const gpuml::Vector<float> norms = gpuml::row_sq_norms<float>(X, b);
   ASSERT_EQ(D.rows(), n);

@@ -160,9 +160,10 @@ TYPED_TEST(KnnKernel, EveryMetricAndKOnAwkwardShapes) {
 TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
   using T = TypeParam;
   REQUIRE_DEVICE();
-  // 8 x 8 tiles: a split holds at least 16 tiles and 16k rows, so these sizes give 9 to 40 splits, folded by
-  // the device merge in two or more passes.
-  using Small = gpuml::kernels::KnnTile<4, 4, 2, 2, 4, 64, 4096>;
+  // 16 x 16 tiles (four threads per query, so four values at a time enter its queue): a split holds
+  // at least 16 tiles and 64k rows, so k = 1 and 8 give 19 and 9 splits, folded by the device merge in two
+  // passes, and k = 33 gives 2.
+  using Small = gpuml::kernels::KnnTile<4, 4, 4, 4, 4, 64, 4096>;
   ASSERT_TRUE(Small::can_implement<T>(device->info()));
   const Matrix<T> db = random_matrix<T>(5003, 7, 81), q = random_matrix<T>(21, 7, 82);
   for (Metric m : kMetrics)

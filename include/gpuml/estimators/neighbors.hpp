@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,13 +37,14 @@ namespace detail {
 /// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
 /// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
 /// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
-/// storage-buffer binding, or more than 2^32 - 2 database rows. Both engines return the same result contract
+/// storage-buffer binding, or more than 2^32 - 2 database rows. `resident` is the database kept on the device by fit. Both engines return the same result contract
 /// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
 template <class T>
-KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
+                     const kernels::KnnDatabase<T>* resident = nullptr) {
   if (backend.is_vulkan()) {
     try {
-      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric);
+      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident);
     } catch (const unsupported& e) {
       warn(std::string(e.what()) + "; running k-NN on the host backend");  // the documented fallback above
     }
@@ -91,13 +93,24 @@ class NearestNeighbors {
   explicit NearestNeighbors(NeighborsParams p = {}, Backend backend = default_backend())
       : params_(std::move(p)), backend_(std::move(backend)) {}
 
-  /// Stores X as the database. Validates everything first, so a failed fit leaves an earlier fit untouched.
+  /// Stores X as the database; on a Vulkan backend also keeps it on the device, so searches read it in place
+  /// (where it does not fit, or the device cannot run the kernel, searches fall back as run_knn documents).
+  /// Validates everything first, so a failed fit leaves an earlier fit untouched.
   NearestNeighbors& fit(MatrixView<T> X) {
     const Metric metric = parse_metric(params_.metric);
     detail::check_n_neighbors(params_.n_neighbors);
     checks::data(X, "X");
     Matrix<T> copy = X;
+    std::shared_ptr<const kernels::KnnDatabase<T>> on_device;
+    if (backend_.is_vulkan() && X.rows() < Eigen::Index(UINT32_MAX)) {
+      try {
+        on_device = std::make_shared<const kernels::KnnDatabase<T>>(*backend_.device(), copy);
+      } catch (const unsupported&) {
+        // Too large to keep, or float64 without device support: each search streams or falls back instead.
+      }
+    }
     X_.swap(copy);
+    device_X_ = std::move(on_device);
     metric_ = metric;
     fitted_ = true;
     return *this;
@@ -118,7 +131,7 @@ class NearestNeighbors {
       throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
                           ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
                           std::to_string(X.rows()));
-    return detail::run_knn<T>(backend_, X_, X, k, metric_);
+    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get());
   }
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
@@ -131,7 +144,7 @@ class NearestNeighbors {
     if (k >= n)
       throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
-    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_);
+    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get());
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
     for (Eigen::Index i = 0; i < n; ++i) {
       int skip = k;  // the last column unless the sample itself is found
@@ -180,6 +193,7 @@ class NearestNeighbors {
   NeighborsParams params_;
   Backend backend_;
   Matrix<T> X_;
+  std::shared_ptr<const kernels::KnnDatabase<T>> device_X_;  // X_ on the device (Vulkan backends), shared by copies
   Metric metric_ = Metric::euclidean;
   bool fitted_ = false;
 };

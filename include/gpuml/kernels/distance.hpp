@@ -18,17 +18,18 @@
 namespace gpuml::kernels {
 
 /// Tile shape of the distance kernel: a workgroup of WX x WY threads, each computing TM x TN distances,
-/// with BK features staged in shared memory per step.
+/// with BK features staged in shared memory per step (shaders/tile_product.glsl; TM and TN multiples of 4).
 template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16>
 struct DistanceTile {
   static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
   static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
   static constexpr std::uint32_t block_rows = WY * TM, block_cols = WX * TN, threads = WX * WY;
 
   template <class T>
   static constexpr std::uint64_t shared_bytes() {
-    return sizeof(T) * BK * (block_rows + 1 + block_cols + 1);
+    return sizeof(T) * BK * (block_rows + 4 + block_cols + 4);
   }
   template <class T>
   static std::string misfit(const vulkan::DeviceInfo& d) {

@@ -57,7 +57,7 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    return s * (std::uint64_t(ks) * pl.ds + ks) + 4 * std::uint64_t(k) * words + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 4;
+    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 4;
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.

@@ -44,43 +44,70 @@
 
 namespace gpuml::kernels {
 
-/// Tile shape of the k-NN kernel: a workgroup of WX x WY threads computes (WY*TM) queries x (WX*TN) database
-/// rows per tile, TM x TN values per thread, BK features staged in shared memory per step. MaxK bounds k.
-/// TargetGroups is how many workgroups a dispatch aims for (database splits are added until the grid of query
-/// tiles x splits reaches it).
-template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 4, std::uint32_t TN = 4, std::uint32_t BK = 16,
+/// The tile shape of the k-NN kernel on one device: a workgroup of wx x wy threads computes (wy*tm) queries x
+/// (wx*tn) database rows per tile, tm x tn values per thread (multiples of 4), bk features staged in shared memory
+/// per step (shaders/tile_product.glsl). Each query has a queue of wx slots in shared memory.
+struct KnnTileParams {
+  std::uint32_t wx, wy, tm, tn, bk;
+
+  constexpr std::uint32_t block_queries() const { return wy * tm; }
+  constexpr std::uint32_t block_rows() const { return wx * tn; }
+  /// Staging tiles, query and row norms, thresholds, queue counts and queues, two flags.
+  template <class T>
+  constexpr std::uint64_t shared_bytes() const {
+    const std::uint64_t bq = block_queries(), bn = block_rows();
+    return sizeof(T) * (std::uint64_t(bk) * (bq + 4 + bn + 4) + 2 * bq + bn) + sizeof(std::uint32_t) * (2 * bq + 2) +
+           (sizeof(T) + sizeof(std::uint32_t)) * bq * wx;
+  }
+  /// Why the device cannot run this tile (empty: it can).
+  template <class T>
+  std::string misfit(const vulkan::DeviceInfo& d) const {
+    if (tm % 4 || tn % 4 || !wx || !wy || !bk) return "tm and tn must be multiples of 4, the rest positive";
+    return workgroup_misfit(d, wx, wy, shared_bytes<T>());
+  }
+  /// Specialisation constants; the metric is the last one (see knn_metric_code).
+  std::vector<std::uint32_t> constants(std::uint32_t metric_code) const { return {wx, wy, tm, tn, bk, metric_code}; }
+};
+
+/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is how many workgroups a dispatch aims for
+/// (database splits are added until the grid of query tiles x splits reaches it).
+template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16,
           std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024>
 struct KnnTile {
   static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
   static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
   static_assert(MaxK >= 1, "k of at least 1 must be supported");
   static_assert(TargetGroups >= 1, "at least one workgroup");
-  static constexpr std::uint32_t block_queries = WY * TM, block_rows = WX * TN, threads = WX * WY;
   static constexpr std::uint32_t max_k = MaxK, target_groups = TargetGroups;
-
-  /// Staging tiles (reused for SR queries' values at a time), query and row norms, thresholds, flags.
+  static constexpr KnnTileParams tile{WX, WY, TM, TN, BK};
   template <class T>
-  static constexpr std::uint64_t shared_bytes() {
-    const std::uint64_t stage = std::uint64_t(BK) * (block_queries + 1) + std::uint64_t(BK) * (block_rows + 1);
-    return sizeof(T) * (stage + 2 * block_queries + block_rows) + sizeof(std::uint32_t) * (2 * block_queries + 1);
-  }
-  template <class T>
-  static std::string misfit(const vulkan::DeviceInfo& d) {
-    return workgroup_misfit(d, WX, WY, shared_bytes<T>());
+  static KnnTileParams params(const vulkan::DeviceInfo&) {
+    return tile;
   }
   template <class T>
   static bool can_implement(const vulkan::DeviceInfo& d) {
-    return misfit<T>(d).empty();
+    return tile.misfit<T>(d).empty();
   }
-  /// Specialisation constants; the metric is the last one (see knn_metric_code).
-  static std::vector<std::uint32_t> constants(std::uint32_t metric_code) { return {WX, WY, TM, TN, BK, metric_code}; }
 };
 
-/// Defaults: 128 queries x 128 rows per tile, 8 x 8 values per thread (as the distance kernel); double halves BK
-/// to keep shared memory near 17 KiB (lavapipe allows 32 KiB, NVIDIA 48 KiB).
+/// Defaults per device class: 128 queries x 128 rows per tile, 8 x 8 values per thread, with 16 features per step
+/// where shared memory allows (35 KiB: NVIDIA, AMD and Intel GPUs have 48 KiB or more) and 8 on CPU devices
+/// (lavapipe allows 32 KiB); float64 uses 64 x 64 tiles to stay within 32 KiB.
+struct knn_default_policy {
+  static constexpr std::uint32_t max_k = 2048, target_groups = 1024;
+  template <class T>
+  static KnnTileParams params(const vulkan::DeviceInfo& device) {
+    if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
+    const KnnTileParams wide{16, 16, 8, 8, 16};
+    if (device.type != vulkan::DeviceType::cpu && wide.misfit<T>(device).empty()) return wide;
+    return {16, 16, 8, 8, 8};
+  }
+};
+
 template <class T>
-using default_knn_policy = KnnTile<16, 16, 8, 8, sizeof(T) == 4 ? 16 : 8>;
+using default_knn_policy = knn_default_policy;
 
 /// The shader's METRIC constant: euclidean selects on squared distances.
 constexpr std::uint32_t knn_metric_code(Metric m) {
@@ -113,34 +140,40 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8;
 
 namespace knn_detail {
 
-/// How one search is cut: database rows per block, queries per batch, rows per split, splits per block.
+/// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory.
+template <class T>
+std::uint64_t database_block_rows(const vulkan::Device& device, std::uint64_t n, std::uint64_t d) {
+  const std::uint64_t s = sizeof(T);
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  std::uint64_t block_bytes = max_bytes;
+  if (const auto local = device.info().device_local_bytes) block_bytes = std::min(block_bytes, std::max<std::uint64_t>(local / 4, d * s));
+  return rows_per_block(n, d * s, block_bytes, "the database");
+}
+
+/// How one search is cut: queries per batch, rows per split (a multiple of the tile), splits per block.
 struct KnnPlan {
-  std::uint64_t block_rows = 0, batch_queries = 0, split_rows = 0, splits = 0;
+  std::uint64_t batch_queries = 0, split_rows = 0, splits = 0;
 };
 
 template <class T, class Policy>
-KnnPlan plan(const vulkan::Device& device, std::uint64_t n, std::uint64_t m, std::uint64_t d, std::uint64_t k) {
+KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint64_t block, std::uint64_t m, std::uint64_t d,
+             std::uint64_t k) {
   const auto& info = device.info();
-  const std::uint64_t s = sizeof(T), BQ = Policy::block_queries, BN = Policy::block_rows;
+  const std::uint64_t s = sizeof(T), BQ = tile.block_queries(), BN = tile.block_rows();
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
   KnnPlan p;
-  // Database block: one binding, a quarter of the device memory (data larger than the device goes in blocks).
-  std::uint64_t block_bytes = max_bytes;
-  if (info.device_local_bytes) block_bytes = std::min(block_bytes, std::max<std::uint64_t>(info.device_local_bytes / 4, d * s));
-  p.block_rows = rows_per_block(n, d * s, block_bytes, "the database");
   // Query batch: one binding for the queries, one split's candidate lists within one binding, the grid's x limit.
   std::uint64_t mb = rows_per_block(m, d * s, max_bytes, "the queries");
   mb = std::min<std::uint64_t>(mb, std::uint64_t(info.max_workgroup_count[0]) * BQ);
   mb = std::min<std::uint64_t>(mb, std::max<std::uint64_t>(1, max_bytes / (k * s)));
   mb = std::min<std::uint64_t>(mb, 1u << 16);  // bounds the candidate buffers (and the host merge per round)
   p.batch_queries = std::max<std::uint64_t>(1, mb);
-  // Splits: enough workgroups to fill the device; each split at least 16 tiles and 16k rows, so the warm-up of
-  // its heaps (while every tile has candidates) stays a small part of it; candidate lists within one binding
-  // and about 256 MiB.
+  // Splits: enough workgroups to fill the device. Every split pays a warm-up of about k heap insertions per
+  // query before its threshold bites, so splits stay long against k (at least 64 k rows) and 16 tiles; candidate
+  // lists within one binding and about 256 MiB.
   const std::uint64_t tiles = ceil_div(std::min(m, p.batch_queries), BQ);
-  const std::uint64_t block = std::min(n, p.block_rows);
   std::uint64_t splits = ceil_div(Policy::target_groups, tiles);
-  splits = std::min(splits, std::max<std::uint64_t>(1, block / std::max<std::uint64_t>(16 * BN, 16 * k)));
+  splits = std::min(splits, std::max<std::uint64_t>(1, block / std::max<std::uint64_t>(16 * BN, 64 * k)));
   const std::uint64_t list_bytes = std::min(m, p.batch_queries) * k * s;
   splits = std::min(splits, std::max<std::uint64_t>(1, std::min<std::uint64_t>(max_bytes, 256ull << 20) / list_bytes));
   splits = std::min<std::uint64_t>(splits, info.max_workgroup_count[1]);
@@ -152,10 +185,62 @@ KnnPlan plan(const vulkan::Device& device, std::uint64_t n, std::uint64_t m, std
 
 }  // namespace knn_detail
 
+/// A database on the device: its rows in blocks of one binding each, with their squared norms. Built once (by
+/// NearestNeighbors::fit on a Vulkan backend) so that every search reads it in place.
+template <class T>
+class KnnDatabase {
+ public:
+  struct Block {
+    std::uint64_t first = 0, rows = 0;
+    vulkan::Buffer x, norms;
+  };
+
+  /// Uploads X. Throws gpuml::unsupported when it would take more than half of the device's memory (searches then
+  /// stream the database through one block at a time, see knn_search).
+  KnnDatabase(vulkan::Device& device, MatrixView<T> X) : device_(&device), rows_(X.rows()), cols_(X.cols()) {
+    require_scalar_support<T>(device);
+    const std::uint64_t bytes = rows_ * (cols_ + 1) * sizeof(T), local = device.info().device_local_bytes;
+    if (local && bytes > local / 2)
+      throw unsupported("a database of " + std::to_string(bytes >> 20) + " MiB does not stay resident on " +
+                        device.info().name + " (" + std::to_string(local >> 20) + " MiB)");
+    const std::uint64_t block = knn_detail::database_block_rows<T>(device, rows_, cols_);
+    for (std::uint64_t r0 = 0; r0 < rows_; r0 += block) blocks_.push_back(upload_block(device, X, r0, std::min(block, rows_ - r0)));
+  }
+
+  /// Rows [first, first + rows) of X and their squared norms, on the device.
+  static Block upload_block(vulkan::Device& device, MatrixView<T> X, std::uint64_t first, std::uint64_t rows) {
+    Block b{first, rows, device.buffer(rows * X.cols() * sizeof(T)), device.buffer(rows * sizeof(T))};
+    vulkan::upload_rows<T>(device, b.x, 0, X, first, first + rows);
+    vulkan::Commands cmds(device);
+    record_row_sq_norms<T>(device, cmds, b.x, b.norms, static_cast<std::uint32_t>(rows), static_cast<std::uint32_t>(X.cols()));
+    cmds.submit_and_wait();
+    return b;
+  }
+
+  vulkan::Device& device() const noexcept { return *device_; }
+  std::uint64_t rows() const noexcept { return rows_; }
+  std::uint64_t cols() const noexcept { return cols_; }
+  const std::vector<Block>& blocks() const noexcept { return blocks_; }
+
+ private:
+  vulkan::Device* device_;
+  std::uint64_t rows_, cols_;
+  std::vector<Block> blocks_;
+};
+
+/// Device time of the last knn_search on this thread (GPU timestamps; negative where the queue has none).
+inline double& knn_last_device_ms() {
+  thread_local double ms = -1;
+  return ms;
+}
+
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
+/// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
+/// block for this search.
 template <class T, class Policy = default_knn_policy<T>>
-host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
+                              const KnnDatabase<T>* resident = nullptr) {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
@@ -166,27 +251,29 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if (static_cast<std::uint64_t>(n) >= UINT32_MAX)
     throw unsupported("knn_search on a Vulkan device supports at most 2^32 - 2 database rows");
   require_scalar_support<T>(device);
-  if (auto why = Policy::template misfit<T>(device.info()); !why.empty())
+  const KnnTileParams tile = Policy::template params<T>(device.info());
+  if (auto why = tile.misfit<T>(device.info()); !why.empty())
     throw unsupported("k-NN tile policy cannot run on " + device.info().name + ": " + why);
+  if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
+    throw error("knn_search: the resident database does not match the database given");
 
   host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
+  knn_last_device_ms() = 0;
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
-  const auto pl = knn_detail::plan<T, Policy>(device, n, m, d, k);
-  const bool norms = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
+  const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
+  const auto pl = knn_detail::plan<T, Policy>(device, tile, std::min<std::uint64_t>(n, nb_max), m, d, k);
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
-  const std::uint64_t nb_max = std::min<std::uint64_t>(n, pl.block_rows);
   const std::uint64_t list_entries = pl.splits * mb_max * k;
 
-  auto qbuf = device.buffer(mb_max * d * s), xbuf = device.buffer(nb_max * d * s);
-  auto qn = device.buffer(mb_max * s), xn = device.buffer(nb_max * s);
+  auto qbuf = device.buffer(mb_max * d * s), qn = device.buffer(mb_max * s);
   auto vbuf = device.buffer(list_entries * s), ibuf = device.buffer(list_entries * sizeof(std::uint32_t));
   const auto& kernel =
-      device.kernel({KnnShaders<T>::select(), 6, 6 * sizeof(std::uint32_t), Policy::constants(knn_metric_code(metric))});
+      device.kernel({KnnShaders<T>::select(), 6, 6 * sizeof(std::uint32_t), tile.constants(knn_metric_code(metric))});
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
 
-  // Running k best per query, merged from every (block, split); (value, index) ordered.
+  // Running k best per query, merged from every database block; (value, index) ordered.
   using Cand = std::pair<T, Index>;
   std::vector<Cand> best(static_cast<std::size_t>(m) * k);
   std::vector<int> best_count(static_cast<std::size_t>(m), 0);
@@ -194,26 +281,28 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   std::vector<std::uint32_t> idx(mb_max * k);
 
   const std::uint64_t n_batches = ceil_div(m, mb_max);
-  for (std::uint64_t b0 = 0; b0 < std::uint64_t(n); b0 += nb_max) {
-    const std::uint64_t nb = std::min<std::uint64_t>(nb_max, n - b0);
+  const std::uint64_t n_blocks = ceil_div(n, nb_max);
+  for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
+    const std::uint64_t b0 = blk * nb_max;
+    typename KnnDatabase<T>::Block streamed;
+    if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
+    const auto& block = resident ? resident->blocks()[blk] : streamed;
+    const std::uint64_t nb = block.rows;
     const std::uint64_t splits = ceil_div(nb, pl.split_rows);
-    vulkan::upload_rows<T>(device, xbuf, 0, database, b0, b0 + nb);
-    bool xnorms_done = false;
     for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += mb_max) {
       const std::uint64_t mb = std::min<std::uint64_t>(mb_max, m - q0);
-      const bool new_queries = n_batches > 1 || b0 == 0;
-      if (new_queries) vulkan::upload_rows<T>(device, qbuf, 0, queries, q0, q0 + mb);
-      vulkan::Commands cmds(device);
-      if (norms) {
-        if (new_queries) record_row_sq_norms<T>(device, cmds, qbuf, qn, mb, d);
-        if (!xnorms_done) record_row_sq_norms<T>(device, cmds, xbuf, xn, nb, d);
-        xnorms_done = true;
+      const bool new_queries = n_batches > 1 || blk == 0;
+      vulkan::Commands cmds(device, 2);
+      if (new_queries) {
+        vulkan::upload_rows<T>(device, qbuf, 0, queries, q0, q0 + mb);
+        record_row_sq_norms<T>(device, cmds, qbuf, qn, mb, d);
         cmds.barrier();
       }
+      cmds.timestamp(0);
       const std::uint32_t push[6] = {std::uint32_t(mb), std::uint32_t(nb),         std::uint32_t(d),
                                      std::uint32_t(k),  std::uint32_t(pl.split_rows), std::uint32_t(b0)};
-      cmds.dispatch(kernel, {qbuf, xbuf, qn, xn, vbuf, ibuf}, push,
-                    static_cast<std::uint32_t>(ceil_div(mb, Policy::block_queries)), static_cast<std::uint32_t>(splits));
+      cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf}, push,
+                    static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries())), static_cast<std::uint32_t>(splits));
       // Merge the splits' heaps on the device, kKnnMergeGroup at a time, into split 0's.
       for (std::uint64_t stride = 1; stride < splits; stride *= kKnnMergeGroup) {
         cmds.barrier();
@@ -222,7 +311,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.dispatch(merge, {vbuf, ibuf}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
                       static_cast<std::uint32_t>(ceil_div(splits, stride * kKnnMergeGroup)));
       }
+      cmds.timestamp(1);
       cmds.submit_and_wait();
+      knn_last_device_ms() += cmds.elapsed_ms(0, 1);
       const std::uint64_t entries = mb * k;
       vulkan::download(device, vbuf, 0, vals.data(), entries * s);
       vulkan::download(device, ibuf, 0, idx.data(), entries * sizeof(std::uint32_t));
@@ -246,7 +337,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   }
 
   // Finish as the host engine does: exact values for the metrics it recomputes, sort, convert.
-  const bool recompute = norms;
+  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
   for (int c : best_count)
     if (c != k) throw error("knn_search: the device returned fewer than k neighbours for a query");
   parallel_chunks(m, 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {

@@ -138,8 +138,8 @@ class Commands {
     return *this;
   }
 
-  /// Submits what was recorded and blocks until the device has finished it.
-  void submit_and_wait() {
+  /// Submits what was recorded without waiting; wait() (or the destructor) blocks until the device is done.
+  void submit() {
     auto& f = fn();
     host_barrier();  // results are read through mapped memory after the fence
     check(f.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
@@ -151,20 +151,37 @@ class Commands {
       check(f.vkQueueSubmit(device_.queue(), 1, &si, fence_.get()), "vkQueueSubmit");
     }
     submitted_ = true;
-    check(f.vkWaitForFences(device_.handle(), 1, &fence_.get_ref(), VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  }
+
+  void wait() {
+    if (!submitted_ || waited_) return;
+    check(fn().vkWaitForFences(device_.handle(), 1, &fence_.get_ref(), VK_TRUE, UINT64_MAX), "vkWaitForFences");
     waited_ = true;
   }
 
-  /// Submits, waits, then resets so the object can record the next batch (descriptor sets are recycled).
-  void submit_wait_and_reset() {
-    submit_and_wait();
+  /// Submits what was recorded and blocks until the device has finished it.
+  void submit_and_wait() {
+    submit();
+    wait();
+  }
+
+  /// After wait(): starts recording a new batch into the same command buffer (descriptor sets are recycled).
+  void reset() {
     auto& f = fn();
-    check(f.vkResetFences(device_.handle(), 1, &fence_.get_ref()), "vkResetFences");
+    wait();
+    if (submitted_) check(f.vkResetFences(device_.handle(), 1, &fence_.get_ref()), "vkResetFences");
+    else check(f.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
     for (auto& pool : pools_) f.vkResetDescriptorPool(device_.handle(), pool.get(), 0);
     active_pool_ = 0;
     sets_left_ = pools_.empty() ? 0 : kSetsPerPool;
     submitted_ = waited_ = false;
     begin();
+  }
+
+  /// Submits, waits, then resets so the object can record the next batch.
+  void submit_wait_and_reset() {
+    submit_and_wait();
+    reset();
   }
 
   /// Milliseconds between two timestamp slots of the last submitted batch; negative without timestamps.

@@ -3,48 +3,89 @@
 #pragma once
 
 #include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
 #include <gpuml/vulkan/commands.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 namespace gpuml::vulkan {
 
 inline constexpr VkDeviceSize kStagingChunk = VkDeviceSize(64) << 20;
 
+namespace transfer_detail {
+/// memcpy across the worker threads: one thread cannot saturate a PCIe link writing to host-visible memory.
+inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  constexpr std::int64_t kPiece = std::int64_t(4) << 20;
+  const std::int64_t pieces = static_cast<std::int64_t>((bytes + kPiece - 1) / kPiece);
+  parallel_chunks(pieces, 1, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    const std::size_t lo = static_cast<std::size_t>(b * kPiece), hi = std::min(bytes, static_cast<std::size_t>(e * kPiece));
+    std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
+  });
+}
+}  // namespace transfer_detail
+
+/// Host to buffer. Through two staging buffers in turn, so filling one overlaps the device's copy of the other.
 inline void upload(Device& device, const Buffer& dst, VkDeviceSize offset, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   if (offset + bytes > dst.size()) throw error("upload past the end of a buffer");
   if (void* p = dst.mapped()) {
-    std::memcpy(static_cast<char*>(p) + offset, src, bytes);
+    transfer_detail::copy_bytes(static_cast<char*>(p) + offset, src, bytes);
     return;
   }
   const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingChunk);
-  Buffer staging = device.buffer(chunk, MemoryUse::upload);
-  Commands cmds(device);
-  for (std::size_t done = 0; done < bytes; done += chunk) {
-    const std::size_t n = std::min<std::size_t>(chunk, bytes - done);
-    std::memcpy(staging.mapped(), static_cast<const char*>(src) + done, n);
-    cmds.copy(staging, 0, dst, offset + done, n);
-    cmds.submit_wait_and_reset();
+  const int slots = bytes > chunk ? 2 : 1;
+  std::vector<Buffer> staging;
+  std::vector<std::unique_ptr<Commands>> cmds;
+  for (int i = 0; i < slots; ++i) {
+    staging.push_back(device.buffer(chunk, MemoryUse::upload));
+    cmds.push_back(std::make_unique<Commands>(device));
   }
+  int slot = 0;
+  for (std::size_t done = 0; done < bytes; done += chunk, slot = (slot + 1) % slots) {
+    const std::size_t n = std::min<std::size_t>(chunk, bytes - done);
+    cmds[slot]->wait();
+    cmds[slot]->reset();
+    transfer_detail::copy_bytes(staging[slot].mapped(), static_cast<const char*>(src) + done, n);
+    cmds[slot]->copy(staging[slot], 0, dst, offset + done, n);
+    cmds[slot]->submit();
+  }
+  for (auto& c : cmds) c->wait();
 }
 
+/// Buffer to host, through two staging buffers in turn (the device fills one while the host reads the other).
 inline void download(Device& device, const Buffer& src, VkDeviceSize offset, void* dst, std::size_t bytes) {
   if (bytes == 0) return;
   if (offset + bytes > src.size()) throw error("download past the end of a buffer");
   if (const void* p = src.mapped()) {
-    std::memcpy(dst, static_cast<const char*>(p) + offset, bytes);
+    transfer_detail::copy_bytes(dst, static_cast<const char*>(p) + offset, bytes);
     return;
   }
   const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingChunk);
-  Buffer staging = device.buffer(chunk, MemoryUse::readback);
-  Commands cmds(device);
-  for (std::size_t done = 0; done < bytes; done += chunk) {
-    const std::size_t n = std::min<std::size_t>(chunk, bytes - done);
-    cmds.copy(src, offset + done, staging, 0, n);
-    cmds.submit_wait_and_reset();
-    std::memcpy(static_cast<char*>(dst) + done, staging.mapped(), n);
+  const std::size_t pieces = (bytes + chunk - 1) / chunk;
+  const int slots = pieces > 1 ? 2 : 1;
+  std::vector<Buffer> staging;
+  std::vector<std::unique_ptr<Commands>> cmds;
+  for (int i = 0; i < slots; ++i) {
+    staging.push_back(device.buffer(chunk, MemoryUse::readback));
+    cmds.push_back(std::make_unique<Commands>(device));
+  }
+  auto start = [&](std::size_t piece) {
+    const int slot = static_cast<int>(piece % slots);
+    const std::size_t done = piece * chunk, n = std::min<std::size_t>(chunk, bytes - done);
+    cmds[slot]->reset();
+    cmds[slot]->copy(src, offset + done, staging[slot], 0, n);
+    cmds[slot]->submit();
+  };
+  start(0);
+  for (std::size_t piece = 0; piece < pieces; ++piece) {
+    if (piece + 1 < pieces) start(piece + 1);
+    const int slot = static_cast<int>(piece % slots);
+    const std::size_t done = piece * chunk, n = std::min<std::size_t>(chunk, bytes - done);
+    cmds[slot]->wait();
+    transfer_detail::copy_bytes(static_cast<char*>(dst) + done, staging[slot].mapped(), n);
   }
 }
 

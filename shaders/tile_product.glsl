@@ -1,0 +1,54 @@
+// The register-blocked tile product shared by the distance-type kernels. A workgroup of WX x WY threads computes
+// a BM x BN block (BM = WY * TM rows of A, BN = WX * TN rows of B) of
+//     acc[i * TN + j] = combine(... combine(0, a_0, b_0) ..., a_{d-1}, b_{d-1})
+// over the features in order (one chain per pair: identical rows give bit-identical results). Features stream
+// through shared memory BK at a time, stored in 4-vectors: each shared read is one 16-byte load, consecutive across
+// a warp or a broadcast, and feeds 4 * TN or 4 * TM combines. Thread (tx, ty) owns A rows tile_row_a(i) and B rows
+// tile_row_b(j).
+//
+// The includer defines, before including: constants WX, WY, TM, TN (multiples of 4), BK, and the functions
+//   scalar combine(scalar acc, scalar a, scalar b);
+//   scalar load_a(uint row, uint feature);   // 0 outside the data
+//   scalar load_b(uint row, uint feature);
+#ifndef GPUML_TILE_PRODUCT_GLSL
+#define GPUML_TILE_PRODUCT_GLSL
+
+const uint BM = WY * TM;
+const uint BN = WX * TN;
+const uint NT = WX * WY;
+const uint ACC = TM * TN;  // accumulators per thread: declare them as `scalar acc[ACC]` (one array type)
+const uint BM4 = BM / 4 + 1;  // one k-row of a tile in 4-vectors, plus one of padding against bank conflicts
+const uint BN4 = BN / 4 + 1;
+
+shared scalar4 As[BK * BM4];
+shared scalar4 Bs[BK * BN4];
+
+uint tile_row_a(uint i) { return 4 * ((i / 4) * WY + gl_LocalInvocationID.y) + i % 4; }
+uint tile_row_b(uint j) { return 4 * ((j / 4) * WX + gl_LocalInvocationID.x) + j % 4; }
+
+void tile_product(inout scalar acc[ACC], uint d) {
+  const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * WX + tx;
+  for (uint e = 0; e < TM * TN; ++e) acc[e] = scalar(0);
+  for (uint k0 = 0; k0 < d; k0 += BK) {
+    // Consecutive threads read consecutive features of a row (coalesced loads).
+    for (uint e = tid; e < BM * BK; e += NT) {
+      const uint r = e / BK, kk = e % BK;
+      As[kk * BM4 + r / 4][r % 4] = load_a(r, k0 + kk);
+    }
+    for (uint e = tid; e < BN * BK; e += NT) {
+      const uint c = e / BK, kk = e % BK;
+      Bs[kk * BN4 + c / 4][c % 4] = load_b(c, k0 + kk);
+    }
+    barrier();
+    for (uint kk = 0; kk < BK; ++kk) {
+      scalar4 a[TM / 4], b[TN / 4];
+      for (uint i = 0; i < TM / 4; ++i) a[i] = As[kk * BM4 + i * WY + ty];
+      for (uint j = 0; j < TN / 4; ++j) b[j] = Bs[kk * BN4 + j * WX + tx];
+      for (uint i = 0; i < TM; ++i)
+        for (uint j = 0; j < TN; ++j) acc[i * TN + j] = combine(acc[i * TN + j], a[i / 4][i % 4], b[j / 4][j % 4]);
+    }
+    barrier();
+  }
+}
+
+#endif
