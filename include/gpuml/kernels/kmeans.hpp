@@ -80,7 +80,7 @@ class LloydEngine {
       : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
     require_scalar_support<T>(device);
     const auto& info = device.info();
-    plan_ = plan_lloyd<T>(info, Policy::params(info), k, static_cast<std::uint32_t>(d_));
+    plan_ = plan_lloyd<T>(info, Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_)), k, static_cast<std::uint32_t>(d_));
     const std::uint64_t s = sizeof(T), tile = plan_.tile();
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");

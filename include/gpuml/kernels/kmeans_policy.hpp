@@ -1,50 +1,224 @@
-// Tile policies of the Vulkan k-means kernels: workgroup size and register/shared tiles, as compile-time types
-// mapped to specialisation constants. Each policy is checked against the device's shared memory before any
-// dispatch (plan_lloyd); the default policy picks its tiles per device class at run time.
+// Tile policies of the Vulkan k-means kernel: workgroup size, register and shared tiles (specialisation
+// constants) and an optional pinned subgroup size. Compile-time policies (KMeansTile) check their shape with
+// static_asserts; every tile, whatever its source, is checked against the device and the problem before anything
+// is dispatched (kmeans_tile_misfit: the rules below, then plan_lloyd's shared-memory and workgroup limits).
+// The default policy takes, in order: the GPUML_KMEANS_TILE override (for sweeps), the tuner's stored winner for
+// the device, the problem's shape class and the scalar type (tuning/store.hpp), and the catalogue's tile for the
+// device class (tuning/device_class.hpp).
 #pragma once
 
+#include <gpuml/core/error.hpp>
+#include <gpuml/tuning/device_class.hpp>
+#include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace gpuml {
 
 /// The tile shape a policy resolves to on one device.
 struct KMeansTileParams {
   std::uint32_t threads, samples_per_thread, centres_per_thread, feature_tile, centre_tile;
+  std::uint32_t subgroup_size = 0;  // pinned through VK_EXT_subgroup_size_control; 0: the driver's choice
+
+  bool operator==(const KMeansTileParams&) const = default;
+
+  /// The tuning store's form: the six numbers in declaration order.
+  std::vector<std::uint32_t> to_params() const {
+    return {threads, samples_per_thread, centres_per_thread, feature_tile, centre_tile, subgroup_size};
+  }
+  static std::optional<KMeansTileParams> from_params(const std::vector<std::uint32_t>& p) {
+    if (p.size() != 6) return std::nullopt;
+    return KMeansTileParams{p[0], p[1], p[2], p[3], p[4], p[5]};
+  }
+  /// "threads,spt,kt,ds,ks" plus ",subgroup" when one is pinned: GPUML_KMEANS_TILE's syntax.
+  std::string text() const {
+    const auto p = to_params();
+    std::string s = std::to_string(p[0]);
+    for (std::size_t i = 1; i < (subgroup_size ? 6u : 5u); ++i) s += "," + std::to_string(p[i]);
+    return s;
+  }
 };
 
 /// Threads per workgroup (a multiple of 32), samples per thread, centres per thread (register tile), features
-/// per tile, centres per shared tile (a multiple of CentresPerThread).
+/// per tile, centres per shared tile (a multiple of CentresPerThread), and a subgroup size to pin (0: none).
 template <std::uint32_t Threads = 128, std::uint32_t SamplesPerThread = 4, std::uint32_t CentresPerThread = 8,
-          std::uint32_t FeatureTile = 16, std::uint32_t CentreTile = 128>
+          std::uint32_t FeatureTile = 16, std::uint32_t CentreTile = 128, std::uint32_t SubgroupSize = 0>
 struct KMeansTile {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "threads: a multiple of 32, at most 1024");
   static_assert(SamplesPerThread >= 1 && SamplesPerThread <= 16, "1 to 16 samples per thread");
   static_assert(CentresPerThread >= 1 && FeatureTile >= 1, "tiles must be non-empty");
   static_assert(CentreTile % CentresPerThread == 0, "the shared centre tile is a whole number of register tiles");
   static_assert(SamplesPerThread * (FeatureTile + CentresPerThread) <= 256, "register tile too large");
-  static constexpr KMeansTileParams tile{Threads, SamplesPerThread, CentresPerThread, FeatureTile, CentreTile};
-  static KMeansTileParams params(const vulkan::DeviceInfo&) { return tile; }
+  static_assert((SubgroupSize & (SubgroupSize - 1)) == 0, "the subgroup size is 0 or a power of two");
+  static constexpr KMeansTileParams tile{Threads, SamplesPerThread, CentresPerThread, FeatureTile, CentreTile, SubgroupSize};
+  template <class T>
+  static KMeansTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
+    return tile;
+  }
 };
 
-/// Per-device-class defaults (ggml-style catalogue). CPU Vulkan devices (lavapipe) get small register tiles:
-/// Mesa 22.3's llvmpipe miscomputes this kernel with SPT x KT x DS of 256 and more on large k x d.
-/// GPUML_KMEANS_TILE=threads,spt,kt,ds,ks overrides the choice (for tuning sweeps); plan_lloyd still checks it.
-struct kmeans_default_policy {
-  static KMeansTileParams params(const vulkan::DeviceInfo& device) {
-    if (const char* env = std::getenv("GPUML_KMEANS_TILE")) {
-      KMeansTileParams p{};
-      if (std::sscanf(env, "%u,%u,%u,%u,%u", &p.threads, &p.samples_per_thread, &p.centres_per_thread,
-                      &p.feature_tile, &p.centre_tile) == 5 &&
-          p.threads % 32 == 0 && p.threads > 0 && p.samples_per_thread > 0 && p.centres_per_thread > 0 &&
-          p.feature_tile > 0 && p.centre_tile % p.centres_per_thread == 0)
-        return p;
+/// The kernel's name in the tuning store.
+inline constexpr const char* kKMeansKernel = "kmeans_lloyd";
+
+/// Problem-shape classes, each tuned and stored once (the store's shape key): few features (d <= 32, one or
+/// two feature tiles) or many, and few centres (k <= 128, all resident in one shared tile) or many.
+inline std::string kmeans_shape_class(std::uint64_t k, std::uint64_t d) {
+  return std::string(d <= 32 ? "d<=32" : "d>32") + (k <= 128 ? ",k<=128" : ",k>128");
+}
+
+/// Lavapipe (Mesa's llvmpipe) silently ends a shader invocation after 65535 loop iterations in all: one limiter
+/// is shared by every loop (LP_MAX_TGSI_LOOP_ITERATIONS). A tile's loop over centre tiles x feature tiles must
+/// therefore stay far below that on CPU devices, as a workgroup may run several tiles; and register tiles of
+/// SPT x KT x DS above 128 miscompute there too (measured; likely inner loops left unrolled, counting as well).
+inline constexpr std::uint64_t kCpuMaxTileLoops = 4096;
+inline constexpr std::uint32_t kCpuMaxRegisterTile = 128;
+
+/// Why `t` is not a usable tile on `device` whatever the problem, before limits that depend on k and d;
+/// empty when it is.
+inline std::string kmeans_tile_shape_misfit(const vulkan::DeviceInfo& device, const KMeansTileParams& t) {
+  if (t.threads % 32 != 0 || t.threads < 32 || t.threads > 1024) return "threads must be a multiple of 32 from 32 to 1024";
+  if (t.samples_per_thread < 1 || t.samples_per_thread > 16) return "samples per thread must be 1 to 16";
+  if (t.centres_per_thread < 1 || t.feature_tile < 1 || t.feature_tile > 1024 || t.centres_per_thread > 1024)
+    return "tiles must be non-empty (and at most 1024)";
+  if (t.centre_tile < t.centres_per_thread || t.centre_tile % t.centres_per_thread != 0)
+    return "the shared centre tile must be a whole number of register tiles";
+  if (t.samples_per_thread * (t.feature_tile + t.centres_per_thread) > 256) return "register tile too large";
+  if (device.type == vulkan::DeviceType::cpu &&
+      t.samples_per_thread * t.centres_per_thread * t.feature_tile > kCpuMaxRegisterTile)
+    return "register tiles above " + std::to_string(kCpuMaxRegisterTile) + " (SPT x KT x DS) miscompute on CPU devices";
+  return tuning::subgroup_size_misfit(device, t.subgroup_size, t.threads);
+}
+
+namespace kernels {
+struct LloydPlan;
+/// Defined in kernels/kmeans.hpp: the tile fitted to the device's shared memory; throws gpuml::unsupported.
+template <class T>
+LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d);
+}  // namespace kernels
+
+/// Why `tile` cannot run k-means with k centres of d features on `device`; empty when it can. Nothing is
+/// dispatched with a tile that fails this.
+template <class T>
+std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
+                               std::uint32_t d) {
+  if (auto why = kmeans_tile_shape_misfit(device, tile); !why.empty()) return why;
+  try {
+    const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);  // shared memory and workgroup limits
+    const std::uint64_t loops = (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+    if (device.type == vulkan::DeviceType::cpu && loops > kCpuMaxTileLoops)
+      return std::to_string(loops) + " centre x feature tiles per sample tile exceed CPU devices' " +
+             std::to_string(kCpuMaxTileLoops) + " (llvmpipe's loop limit)";
+  } catch (const unsupported& e) {
+    return e.what();
+  }
+  return {};
+}
+
+template <class T>
+bool kmeans_can_implement(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d) {
+  return kmeans_tile_misfit<T>(device, tile, k, d).empty();
+}
+
+/// The catalogue: the default tile of each device class, used where nothing is tuned. NVIDIA's is the tile of
+/// gpuml's H200 measurements; the CPU class (lavapipe) keeps register tiles small for correctness. The others
+/// follow each architecture's registers and wave size but are not measured: the tuner corrects them on the
+/// user's device. No class pins a subgroup size: the kernel uses no subgroup operations, so the driver's choice
+/// stands unless the tuner measures a better one.
+inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) {
+  using tuning::DeviceClass;
+  switch (tuning::device_class(device)) {
+    case DeviceClass::cpu: return KMeansTile<128, 4, 4, 8, 128>::tile;
+    // Gen9 to Xe-HPG: 128 registers of 8 floats per thread; a 2 x 8 tile leaves room to compile SIMD16.
+    case DeviceClass::intel_gen_igpu:
+    case DeviceClass::intel_gen_dgpu: return KMeansTile<128, 2, 8, 16, 128>::tile;
+    // GCN runs wave64 only: four whole waves per workgroup.
+    case DeviceClass::amd_gcn: return KMeansTile<256, 4, 8, 16, 128>::tile;
+    default: return KMeansTile<128, 4, 8, 16, 128>::tile;  // NVIDIA, AMD RDNA, Intel Xe2, others
+  }
+}
+
+/// GPUML_KMEANS_TILE=threads,spt,kt,ds,ks[,subgroup]: one tile for every k-means problem, for sweeps. A value
+/// that is malformed or not a usable tile on `device` is ignored with a warning.
+inline std::optional<KMeansTileParams> kmeans_tile_from_env(const vulkan::DeviceInfo& device) {
+  const char* env = std::getenv("GPUML_KMEANS_TILE");
+  if (!env || !*env) return std::nullopt;
+  std::vector<std::uint32_t> values;
+  bool well_formed = true;
+  for (const char* p = env;;) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(p, &end, 10);
+    if (end == p || v > 1024 || (*end && *end != ',')) {
+      well_formed = false;
+      break;
     }
-    if (device.type == vulkan::DeviceType::cpu) return KMeansTile<128, 4, 4, 8, 128>::tile;
-    return KMeansTile<128, 4, 8, 16, 128>::tile;
+    values.push_back(static_cast<std::uint32_t>(v));
+    if (!*end) break;
+    p = end + 1;
+  }
+  if (values.size() == 5) values.push_back(0);
+  const auto tile = well_formed ? KMeansTileParams::from_params(values) : std::nullopt;
+  const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected threads,spt,kt,ds,ks[,subgroup]";
+  if (why.empty()) return tile;
+  tuning::warn_once("ignoring GPUML_KMEANS_TILE=" + std::string(env) + " on " + device.name + ": " + why);
+  return std::nullopt;
+}
+
+/// The tuner's winner for this device, problem class and scalar type, if there is one this problem can use.
+/// An entry that is not a valid tile is ignored with a warning; a valid one that does not fit this particular
+/// problem (shared memory grows with k) quietly gives way to the catalogue.
+template <class T>
+std::optional<KMeansTileParams> kmeans_stored_tile(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+  const tuning::TuneKey key{kKMeansKernel, kmeans_shape_class(k, d), tuning::scalar_name<T>()};
+  const auto stored = tuning::stored_params(device, key);
+  if (!stored) return std::nullopt;
+  const auto tile = KMeansTileParams::from_params(*stored);
+  const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected 6 numbers";
+  if (!why.empty()) {
+    tuning::warn_once("ignoring the tuned k-means tile for " + key.shape + " " + key.scalar + " on " + device.name + ": " + why);
+    return std::nullopt;
+  }
+  if (!kmeans_can_implement<T>(device, *tile, k, d)) return std::nullopt;
+  return tile;
+}
+
+/// The default policy: GPUML_KMEANS_TILE, else the stored winner, else the catalogue.
+struct kmeans_default_policy {
+  template <class T>
+  static KMeansTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+    if (auto tile = kmeans_tile_from_env(device)) return *tile;
+    if (auto tile = kmeans_stored_tile<T>(device, k, d)) return *tile;
+    return kmeans_catalogue_tile(device);
+  }
+};
+
+/// A policy whose tile is chosen at run time (by the tuner, or a test): the tile of the innermost live
+/// RuntimeKMeansTile::Use on this thread, else the catalogue's. Neither the override nor the store applies.
+struct RuntimeKMeansTile {
+  class Use {
+   public:
+    explicit Use(const KMeansTileParams& tile) : previous_(current()) { current() = tile; }
+    ~Use() { current() = previous_; }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    std::optional<KMeansTileParams> previous_;
+  };
+
+  template <class T>
+  static KMeansTileParams params(const vulkan::DeviceInfo& device, std::uint32_t, std::uint32_t) {
+    return current() ? *current() : kmeans_catalogue_tile(device);
+  }
+
+ private:
+  static std::optional<KMeansTileParams>& current() {
+    static thread_local std::optional<KMeansTileParams> tile;
+    return tile;
   }
 };
 

@@ -49,7 +49,9 @@ class Device {
     std::vector<const char*> extensions;
     if (info.subgroup_size_control) {
       features.pNext = &sgc;
-      if (info.api_version < VK_API_VERSION_1_3) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+      // Core only where both the device and the instance speak Vulkan 1.3; the extension otherwise.
+      if (std::min(info.api_version, instance_->api_version()) < VK_API_VERSION_1_3)
+        extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     }
     VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     di.pNext = &features;

@@ -40,6 +40,7 @@ struct DeviceInfo {
   std::array<std::uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{}, device_uuid{};
   std::uint32_t subgroup_size = 1, min_subgroup_size = 1, max_subgroup_size = 1;
   bool subgroup_size_control = false;  // VK_EXT_subgroup_size_control / Vulkan 1.3, usable for compute
+  std::uint32_t max_workgroup_subgroups = 0;  // maxComputeWorkgroupSubgroups: bounds a workgroup at a pinned size
   bool subgroup_arithmetic = false, subgroup_shuffle = false, subgroup_ballot = false;
   std::uint32_t max_shared_memory = 0, max_workgroup_invocations = 0;
   std::array<std::uint32_t, 3> max_workgroup_size{}, max_workgroup_count{};
@@ -283,6 +284,7 @@ class Instance {
     if (has_sgc) {
       info.min_subgroup_size = sgc.minSubgroupSize;
       info.max_subgroup_size = sgc.maxSubgroupSize;
+      info.max_workgroup_subgroups = sgc.maxComputeWorkgroupSubgroups;
       info.subgroup_size_control = (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     }
     const auto& lim = p.limits;

@@ -1,0 +1,448 @@
+// Tuning: the store (round trip, lookups keyed by device and driver, corrupt files), device classes and the
+// catalogue, the k-means tile checks, the default policy's order (override, stored winner, catalogue), and short
+// tuning runs on the Vulkan device: an unrunnable candidate is never dispatched, and the winner fits the same
+// clustering as the catalogue's tile.
+#include "support.hpp"
+
+#include <gpuml/tuning/tuner.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+namespace {
+
+namespace tuning = gpuml::tuning;
+using gpuml::KMeansTileParams;
+using gpuml::Matrix;
+using gpuml::vulkan::DeviceInfo;
+using gpuml::vulkan::DeviceType;
+
+/// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+/// A fresh GPUML_CACHE_DIR (where the store lives) for one test; the process's store is read again.
+class TempCacheDir {
+ public:
+  TempCacheDir() : path_(make()), env_("GPUML_CACHE_DIR", path_) { tuning::reload_store(); }
+  ~TempCacheDir() {
+    std::filesystem::remove_all(path_);
+    tuning::reload_store();
+  }
+  std::string store_file() const { return path_ + "/tuning.json"; }
+
+ private:
+  static std::string make() {
+    char name[] = "/tmp/gpuml-tuning-XXXXXX";
+    return mkdtemp(name);
+  }
+  std::string path_;
+  ScopedEnv env_;
+};
+
+/// Collects gpuml's warnings for one scope.
+class CapturedWarnings {
+ public:
+  CapturedWarnings() : previous_(gpuml::set_warning_handler([this](const std::string& m) { messages.push_back(m); })) {}
+  ~CapturedWarnings() { gpuml::set_warning_handler(previous_); }
+  std::vector<std::string> messages;
+
+ private:
+  gpuml::WarningHandler previous_;
+};
+
+/// An NVIDIA-like discrete GPU described by hand, so policy logic runs without Vulkan.
+DeviceInfo fake_gpu() {
+  DeviceInfo d;
+  d.name = "Test GPU";
+  d.type = DeviceType::discrete;
+  d.vendor_id = tuning::kVendorNvidia;
+  d.driver_version = 555;
+  d.driver_info = "test driver 1.0";
+  for (std::uint8_t i = 0; i < VK_UUID_SIZE; ++i) d.device_uuid[i] = i + 1;
+  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 32;
+  d.subgroup_size_control = true;
+  d.max_workgroup_subgroups = 32;
+  d.max_shared_memory = 48 * 1024;
+  d.max_workgroup_invocations = 1024;
+  d.max_workgroup_size = {1024, 1024, 64};
+  d.max_workgroup_count = {65535, 65535, 65535};
+  d.float64 = true;
+  return d;
+}
+
+const tuning::TuneKey kSeedKey{gpuml::kKMeansKernel, "d<=32,k<=128", "f32"};
+
+TEST(TuningStore, RoundTrip) {
+  TempCacheDir dir;
+  const DeviceInfo gpu = fake_gpu();
+  tuning::TuningStore store;
+  store.put(gpu, kSeedKey, {256, 2, 8, 16, 128, 0}, 1.5);
+  store.put(gpu, {gpuml::kKMeansKernel, "d>32,k>128", "f64"}, {64, 4, 4, 32, 512, 0}, 7.25);
+  store.put(gpu, kSeedKey, {128, 4, 8, 16, 128, 0}, 1.25);  // replaces the first
+  ASSERT_EQ(tuning::TuningStore::default_path(), dir.store_file());
+  ASSERT_TRUE(store.save(dir.store_file()));
+
+  CapturedWarnings warnings;
+  const auto loaded = tuning::TuningStore::load(dir.store_file());
+  EXPECT_TRUE(warnings.messages.empty());
+  ASSERT_EQ(loaded.entries().size(), 2u);
+  const auto* e = loaded.find(gpu, kSeedKey);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->params, (tuning::Params{128, 4, 8, 16, 128, 0}));
+  EXPECT_DOUBLE_EQ(e->ms, 1.25);
+  EXPECT_EQ(e->device_name, "Test GPU");
+  ASSERT_NE(loaded.find(gpu, {gpuml::kKMeansKernel, "d>32,k>128", "f64"}), nullptr);
+  EXPECT_EQ(tuning::stored_params(gpu, kSeedKey), (tuning::Params{128, 4, 8, 16, 128, 0}));
+}
+
+TEST(TuningStore, LookupIsKeyedByDeviceDriverKernelShapeAndScalar) {
+  const DeviceInfo gpu = fake_gpu();
+  tuning::TuningStore store;
+  store.put(gpu, kSeedKey, {256, 2, 8, 16, 128, 0}, 1.0);
+  ASSERT_NE(store.find(gpu, kSeedKey), nullptr);
+
+  DeviceInfo other = gpu;
+  other.device_uuid[0] ^= 0xFF;
+  EXPECT_EQ(store.find(other, kSeedKey), nullptr) << "another device";
+  other = gpu;
+  other.driver_version += 1;
+  EXPECT_EQ(store.find(other, kSeedKey), nullptr) << "another driver version";
+  other = gpu;
+  other.driver_info = "test driver 1.1";
+  EXPECT_EQ(store.find(other, kSeedKey), nullptr) << "another driver build";
+  EXPECT_EQ(store.find(gpu, {gpuml::kKMeansKernel, "d<=32,k>128", "f32"}), nullptr);
+  EXPECT_EQ(store.find(gpu, {gpuml::kKMeansKernel, "d<=32,k<=128", "f64"}), nullptr);
+  EXPECT_EQ(store.find(gpu, {"knn_select", "d<=32,k<=128", "f32"}), nullptr);
+}
+
+TEST(TuningStore, CorruptFilesAreIgnoredWithAWarning) {
+  TempCacheDir dir;
+  const DeviceInfo gpu = fake_gpu();
+  for (const std::string& text : {std::string("{\"format\": \"gpuml-tuning-1\", \"entries\": [{\"dev"),
+                                 std::string("\x01\x02 not json at all"), std::string("{\"format\": \"other\", \"entries\": []}"),
+                                 std::string("{\"format\": \"gpuml-tuning-1\", \"entries\": 3}"), std::string("[1, 2, 3]")}) {
+    std::ofstream(dir.store_file(), std::ios::binary) << text;
+    CapturedWarnings warnings;
+    EXPECT_TRUE(tuning::TuningStore::load(dir.store_file()).entries().empty()) << text;
+    ASSERT_EQ(warnings.messages.size(), 1u) << text;
+    EXPECT_NE(warnings.messages[0].find(dir.store_file()), std::string::npos) << warnings.messages[0];
+
+    tuning::reload_store();  // the process's store: the same warning, and the catalogue tile
+    EXPECT_FALSE(tuning::stored_params(gpu, kSeedKey));
+    EXPECT_EQ(gpuml::kmeans_default_policy::params<float>(gpu, 127, 14), gpuml::kmeans_catalogue_tile(gpu));
+    EXPECT_EQ(warnings.messages.size(), 2u);
+  }
+
+  // Entries not understood are dropped one by one; the rest of the file still counts.
+  tuning::TuningStore good;
+  good.put(gpu, kSeedKey, {256, 2, 8, 16, 128, 0}, 1.0);
+  ASSERT_TRUE(good.save(dir.store_file()));
+  std::string text;
+  {
+    std::ifstream in(dir.store_file());
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t list = text.find('[');
+  text.insert(list + 1, "{\"device\": \"x\", \"params\": [-1]}, 17, {\"device\": \"y\", \"params\": [1.5]},");
+  std::ofstream(dir.store_file(), std::ios::binary) << text;
+  CapturedWarnings warnings;
+  const auto loaded = tuning::TuningStore::load(dir.store_file());
+  EXPECT_EQ(loaded.entries().size(), 1u);
+  EXPECT_EQ(warnings.messages.size(), 3u);
+  ASSERT_NE(loaded.find(gpu, kSeedKey), nullptr);
+}
+
+TEST(DeviceClass, TellsVendorsAndGenerationsApart) {
+  using tuning::DeviceClass;
+  DeviceInfo d = fake_gpu();
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::nvidia);
+  d.vendor_id = tuning::kVendorAmd;
+  d.min_subgroup_size = 32, d.max_subgroup_size = 64;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::amd_rdna);
+  d.min_subgroup_size = 64;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::amd_gcn);
+  d.vendor_id = tuning::kVendorIntel;
+  d.min_subgroup_size = 8, d.max_subgroup_size = 32;
+  d.type = DeviceType::integrated;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::intel_gen_igpu);
+  d.type = DeviceType::discrete;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::intel_gen_dgpu);
+  d.min_subgroup_size = 16;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::intel_xe2_dgpu);
+  d.type = DeviceType::integrated;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::intel_xe2_igpu);
+  d.subgroup_size_control = false;  // the minimum is not known then
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::intel_gen_igpu);
+  d.type = DeviceType::cpu;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::cpu);
+  d.type = DeviceType::discrete;
+  d.vendor_id = 0x1234;
+  EXPECT_EQ(tuning::device_class(d), DeviceClass::other);
+}
+
+TEST(KMeansTile, CatalogueTilesRunTheirClassAndCheckedLimitsHold) {
+  DeviceInfo gpu = fake_gpu();
+  for (std::uint32_t vendor : {tuning::kVendorNvidia, tuning::kVendorAmd, tuning::kVendorIntel, 0x1234u}) {
+    gpu.vendor_id = vendor;
+    const KMeansTileParams tile = gpuml::kmeans_catalogue_tile(gpu);
+    EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(gpu, tile, 127, 14), "") << tile.text();
+    EXPECT_EQ(gpuml::kmeans_tile_misfit<double>(gpu, tile, 1024, 1024), "") << tile.text();
+  }
+  gpu = fake_gpu();
+  // Shared memory: 1024 threads keep a k-bit mask word per 32 threads and cluster: 4 * 512 * 32 bytes > 48 KiB.
+  const KMeansTileParams wide{1024, 1, 1, 16, 128};
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, wide, 512, 16).find("shared memory"), std::string::npos)
+      << gpuml::kmeans_tile_misfit<float>(gpu, wide, 512, 16);
+  EXPECT_TRUE(gpuml::kmeans_can_implement<float>(gpu, wide, 64, 16));
+  gpu.max_workgroup_invocations = 256;
+  EXPECT_FALSE(gpuml::kmeans_can_implement<float>(gpu, wide, 64, 16));
+  gpu = fake_gpu();
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 8, 8, 32, 128}, 127, 64), "") << "register tile";
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {100, 4, 8, 16, 128}, 127, 14), "") << "threads";
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 100}, 127, 14), "") << "centre tile";
+  // Subgroup sizes: only within the device's range, with subgroup size control, and the workgroup bound.
+  EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 32}, 127, 14), "");
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 16}, 127, 14), "");
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {1024, 1, 8, 16, 128, 16}, 127, 14), "");
+  gpu.min_subgroup_size = 16;
+  EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 16}, 127, 14), "");
+  gpu.max_workgroup_subgroups = 4;
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 16}, 127, 14), "") << "128 > 4 x 16";
+  gpu.subgroup_size_control = false;
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {64, 4, 8, 16, 128, 16}, 127, 14), "");
+  // CPU devices: no register tile above kCpuMaxRegisterTile (lavapipe miscomputes them).
+  DeviceInfo cpu = fake_gpu();
+  cpu.type = DeviceType::cpu;
+  EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(cpu, gpuml::kmeans_catalogue_tile(cpu), 127, 14), "");
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 8, 16, 128}, 127, 14), "");
+  // ... nor more centre x feature tiles per sample tile than llvmpipe's shared loop limiter leaves room for.
+  EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 4, 4, 128}, 256, 64), "");
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 4, 4, 128}, 1024, 1024).find("loop limit"), std::string::npos);
+  EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(fake_gpu(), {128, 4, 4, 4, 128}, 1024, 1024), "");
+  // Every candidate the tuner would try on these devices is at least a well-formed tile.
+  for (const auto& device : {fake_gpu(), cpu})
+    for (const auto& shape : tuning::kmeans_shape_classes())
+      for (const auto& p : tuning::kmeans_candidates(device, shape)) {
+        const auto tile = KMeansTileParams::from_params(p);
+        ASSERT_TRUE(tile);
+        EXPECT_EQ(gpuml::kmeans_tile_shape_misfit(device, *tile), "") << tile->text();
+      }
+  EXPECT_EQ((KMeansTileParams{128, 4, 8, 16, 128}.text()), "128,4,8,16,128");
+  EXPECT_EQ((KMeansTileParams{128, 4, 8, 16, 128, 32}.text()), "128,4,8,16,128,32");
+}
+
+TEST(KMeansPolicy, OverrideThenStoredWinnerThenCatalogue) {
+  TempCacheDir dir;
+  const DeviceInfo gpu = fake_gpu();
+  const KMeansTileParams winner{256, 2, 8, 16, 128};
+  tuning::TuningStore store;
+  store.put(gpu, kSeedKey, winner.to_params(), 1.0);
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  using Policy = gpuml::kmeans_default_policy;
+  const KMeansTileParams catalogue = gpuml::kmeans_catalogue_tile(gpu);
+  ASSERT_NE(winner, catalogue);
+
+  EXPECT_EQ(Policy::params<float>(gpu, 127, 14), winner);
+  EXPECT_EQ(Policy::params<float>(gpu, 2, 32), winner) << "the same shape class";
+  EXPECT_EQ(Policy::params<double>(gpu, 127, 14), catalogue) << "no float64 winner";
+  EXPECT_EQ(Policy::params<float>(gpu, 129, 14), catalogue) << "another shape class";
+  DeviceInfo other = gpu;
+  other.driver_version += 1;
+  EXPECT_EQ(Policy::params<float>(other, 127, 14), catalogue) << "another driver";
+  {
+    ScopedEnv off("GPUML_TUNING", "0");
+    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), catalogue);
+  }
+  {
+    ScopedEnv tile("GPUML_KMEANS_TILE", "64,4,4,8,128");
+    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{64, 4, 4, 8, 128}));
+  }
+  CapturedWarnings warnings;
+  for (const char* bad : {"64,4,4,8", "64,4,4,8,128,32,1", "64;4;4;8;128", "100,4,4,8,128", "64,4,4,8,128x"}) {
+    ScopedEnv tile("GPUML_KMEANS_TILE", bad);
+    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), winner) << bad;
+  }
+  EXPECT_EQ(warnings.messages.size(), 5u);
+}
+
+TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
+  TempCacheDir dir;
+  DeviceInfo gpu = fake_gpu();
+  tuning::TuningStore store;
+  store.put(gpu, kSeedKey, {1024, 1, 8, 16, 128, 0}, 1.0);                            // fits 48 KiB for k = 127
+  store.put(gpu, {gpuml::kKMeansKernel, "d<=32,k>128", "f32"}, {128, 4, 8, 16}, 1.0);  // not a tile
+  store.put(gpu, {gpuml::kKMeansKernel, "d>32,k<=128", "f32"}, {128, 4, 8, 16, 100, 0}, 1.0);
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  using Policy = gpuml::kmeans_default_policy;
+  const KMeansTileParams catalogue = gpuml::kmeans_catalogue_tile(gpu);
+
+  CapturedWarnings warnings;
+  EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{1024, 1, 8, 16, 128}));
+  // 1024 threads cannot run 127 centres' masks beside centres in 8 KiB of shared memory: quietly the catalogue.
+  DeviceInfo small = gpu;
+  small.max_shared_memory = 8 * 1024;
+  ASSERT_TRUE(gpuml::kmeans_can_implement<float>(small, catalogue, 127, 14));
+  EXPECT_EQ(Policy::params<float>(small, 127, 14), catalogue);
+  EXPECT_TRUE(warnings.messages.empty());
+  // Entries that are not tiles: the catalogue, with one warning each however often they are looked up.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Policy::params<float>(gpu, 512, 16), catalogue);
+    EXPECT_EQ(Policy::params<float>(gpu, 64, 64), catalogue);
+  }
+  EXPECT_EQ(warnings.messages.size(), 2u);
+
+  // On a CPU device, a winner tuned at k = 256, d = 64 is not used where its loops would pass llvmpipe's limit.
+  DeviceInfo cpu = fake_gpu();
+  cpu.type = DeviceType::cpu;
+  const KMeansTileParams cpu_winner{64, 4, 4, 4, 128};
+  store.put(cpu, {gpuml::kKMeansKernel, "d>32,k>128", "f32"}, cpu_winner.to_params(), 1.0);
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  EXPECT_EQ(Policy::params<float>(cpu, 256, 64), cpu_winner);
+  EXPECT_EQ(Policy::params<float>(cpu, 1024, 1024), gpuml::kmeans_catalogue_tile(cpu));
+}
+
+// ---- On the Vulkan device (lavapipe in CI) -----------------------------------------------------------------
+
+std::shared_ptr<gpuml::vulkan::Device> test_device() {
+  for (auto& b : gpuml::testing::backends())
+    if (b.backend.is_vulkan()) return b.backend.shared_device();
+  return nullptr;
+}
+
+TEST(Tuner, PinnedSubgroupSizeBuildsWhereTheDeviceAllowsIt) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  const auto& info = device->info();
+  KMeansTileParams tile = gpuml::kmeans_catalogue_tile(info);
+  tile.subgroup_size = info.max_subgroup_size;
+  if (!info.subgroup_size_control) {
+    EXPECT_FALSE(gpuml::kmeans_can_implement<float>(info, tile, 127, 14));
+    GTEST_SKIP() << info.name << " cannot pin a subgroup size";
+  }
+  ASSERT_EQ(gpuml::kmeans_tile_misfit<float>(info, tile, 127, 14), "");
+  // The pipeline with VkPipelineShaderStageRequiredSubgroupSizeCreateInfo: the validation layer (strict in the
+  // tests) checks the feature is enabled and the size is allowed.
+  const auto plan = gpuml::kernels::plan_lloyd<float>(info, tile, 127, 14);
+  const std::uint64_t before = gpuml::vulkan::validation_message_count();
+  device->kernel({gpuml::kernels::KMeansShaders<float>::lloyd(), 7, 16, plan.constants(), tile.subgroup_size});
+  EXPECT_EQ(gpuml::vulkan::validation_message_count(), before);
+}
+
+/// Records which parameter sets a bench was asked to time.
+class RecordingBench final : public tuning::ShapeBench {
+ public:
+  RecordingBench(std::unique_ptr<tuning::ShapeBench> inner, std::vector<tuning::Params>& timed)
+      : inner_(std::move(inner)), timed_(timed) {}
+  std::string problem() const override { return inner_->problem(); }
+  double time_ms(const tuning::Params& p, int warmups, int reps) override {
+    timed_.push_back(p);
+    return inner_->time_ms(p, warmups, reps);
+  }
+
+ private:
+  std::unique_ptr<tuning::ShapeBench> inner_;
+  std::vector<tuning::Params>& timed_;
+};
+
+TEST(Tuner, UnrunnableCandidateIsRejectedAndNeverDispatched) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  const std::string shape = "d<=32,k>128";  // k = 512
+  const KMeansTileParams unrunnable{1024, 1, 1, 16, 128};  // 1024 threads' masks for 512 centres: 64 KiB shared
+  ASSERT_FALSE(gpuml::kmeans_can_implement<float>(device->info(), unrunnable, 512, 16));
+
+  std::vector<tuning::Params> timed;
+  tuning::TunableKernel kernel = tuning::kmeans_tunable();
+  kernel.candidates = [&](const DeviceInfo& info, const std::string& s) {
+    auto all = tuning::kmeans_candidates(info, s);
+    return std::vector<tuning::Params>{all[0], unrunnable.to_params(), all[1]};
+  };
+  const auto make_bench = kernel.bench;
+  kernel.bench = [&](gpuml::vulkan::Device& d, const std::string& s, const std::string& scalar, std::uint64_t rows) {
+    return std::unique_ptr<tuning::ShapeBench>(std::make_unique<RecordingBench>(make_bench(d, s, scalar, rows), timed));
+  };
+  tuning::TuneOptions options;
+  options.budget_seconds = 20;
+  options.shapes = {shape};
+  options.store = false;
+  const auto report = tuning::tune(*device, options, {kernel});
+  ASSERT_EQ(report.shapes.size(), 1u);
+  const auto& r = report.shapes[0];
+  ASSERT_EQ(r.candidates.size(), 3u);
+  EXPECT_EQ(r.candidates[1].status.rfind("rejected: ", 0), 0u) << r.candidates[1].status;
+  EXPECT_NE(r.candidates[1].status.find("shared memory"), std::string::npos) << r.candidates[1].status;
+  EXPECT_FALSE(r.candidates[1].timed());
+  EXPECT_TRUE(r.candidates[0].timed()) << r.candidates[0].status;
+  EXPECT_TRUE(r.candidates[2].timed()) << r.candidates[2].status;
+  EXPECT_FALSE(timed.empty());
+  for (const auto& p : timed) EXPECT_NE(p, unrunnable.to_params()) << "an unrunnable tile was dispatched";
+  EXPECT_TRUE(report.store_path.empty());
+  EXPECT_EQ(report.stored, 0);
+}
+
+TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  TempCacheDir dir;
+  const auto& info = device->info();
+  tuning::TuneOptions options;
+  options.budget_seconds = 5;  // tight: fewer candidates than the list may be timed
+  options.kernels = {gpuml::kKMeansKernel};
+  options.shapes = {"d<=32,k<=128"};
+  const auto report = tuning::tune(*device, options);
+  ASSERT_EQ(report.shapes.size(), 1u);
+  const auto& r = report.shapes[0];
+  ASSERT_TRUE(r.candidates[0].timed()) << r.candidates[0].status;
+  ASSERT_GE(r.winner, 0);
+  ASSERT_GE(r.worst, 0);
+  EXPECT_LE(r.candidates[r.winner].ms, r.candidates[0].ms);
+  EXPECT_GE(r.candidates[r.worst].ms, r.candidates[r.winner].ms);
+  EXPECT_LT(report.seconds, 15.0);
+  EXPECT_TRUE(r.stored);
+  EXPECT_EQ(report.store_path, dir.store_file());
+  ASSERT_TRUE(std::filesystem::exists(dir.store_file()));
+
+  // gpuml now uses the winner by default.
+  const auto winner = KMeansTileParams::from_params(r.candidates[r.winner].params);
+  ASSERT_TRUE(winner);
+  EXPECT_EQ(gpuml::kmeans_default_policy::params<float>(info, 127, 14), *winner);
+
+  // The winner's, the catalogue's and the worst tile's fits agree: separated blobs, the same initial centres.
+  const Eigen::Index n = 3000, d = 14, k = 127;
+  const Matrix<double> centres = gpuml::testing::random_matrix<double>(k, d, 71, -10.0, 10.0);
+  const Matrix<double> noise = gpuml::testing::random_matrix<double>(n, d, 72, -0.3, 0.3);
+  Matrix<float> X(n, d);
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).cast<float>();
+  const Matrix<float> init = X.topRows(k);
+  const gpuml::Vector<float> w = gpuml::Vector<float>::Ones(n);
+  const auto tuned = gpuml::kernels::lloyd<float, gpuml::kmeans_default_policy>(*device, X, w, init, 20, 0.0, false);
+  for (int other : {0, r.worst}) {
+    const auto tile = KMeansTileParams::from_params(r.candidates[other].params);
+    gpuml::RuntimeKMeansTile::Use use(*tile);
+    const auto fit = gpuml::kernels::lloyd<float, gpuml::RuntimeKMeansTile>(*device, X, w, init, 20, 0.0, false);
+    EXPECT_TRUE((fit.labels.array() == tuned.labels.array()).all()) << "tile " << tile->text();
+    EXPECT_NEAR(fit.inertia, tuned.inertia, 1e-5 * tuned.inertia) << "tile " << tile->text();
+    EXPECT_EQ(fit.n_iter, tuned.n_iter);
+  }
+}
+
+}  // namespace
