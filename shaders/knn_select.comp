@@ -6,9 +6,10 @@
 // Grid: x = query tile (BM = WY*TM queries), y = database split (split_rows rows, a multiple of BN = WX*TN).
 // Per database tile of BN rows the workgroup computes the BM x BN block of selection values with the
 // register-blocked tile product (tile_product.glsl). Every thread then tests its values against each query's
-// threshold (the query's current k-th best pair). When some value passes, TN rounds follow: in round j every
-// thread appends its passing values of column j to their queries' queues in shared memory (at most WX values per
-// query and round, so a queue never overflows), and one thread per query inserts its queue into the query's
+// threshold (the query's current k-th best pair). For each column j (of the TN per thread) where some value
+// passes, a round follows: every thread appends its passing values of column j to their queries' queues in shared
+// memory (at most WX values per query and round, so a queue never overflows), and one thread per query inserts
+// its queue into the query's
 // bounded max-heap of (value, index) pairs, kept in the output buffers (global memory, k entries per query and
 // split, initialised to (+inf, 0xffffffff)). Once the heaps are warm almost no value passes, and a tile costs
 // little more than its product.
@@ -70,7 +71,7 @@ shared uint thr_idx[BM];
 shared uint queued[BM];
 shared scalar queue_v[BM * WX];
 shared uint queue_i[BM * WX];
-shared uint passed[2];  // per tile parity: some value of the tile passed its query's threshold
+shared uint passed[2];  // per tile parity: bit j set when a value of column j passed its query's threshold
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 
@@ -114,7 +115,7 @@ void main() {
     scalar acc[ACC];
     tile_product(acc, p.d);  // its barriers also publish xaux
 
-    bool any = false;
+    uint columns = 0;  // bit j: one of this thread's values in column j passes
     for (uint i = 0; i < TM; ++i) {
       const uint r = tile_row_a(i);
       for (uint j = 0; j < TN; ++j) {
@@ -126,15 +127,17 @@ void main() {
         else if (METRIC == INNER_PRODUCT) v = -s;
         else v = s;
         acc[i * TN + j] = v;
-        any = any || (col0 + c < c_end && row0 + r < p.m && before(v, p.base + col0 + c, thr[r], thr_idx[r]));
+        if (col0 + c < c_end && row0 + r < p.m && before(v, p.base + col0 + c, thr[r], thr_idx[r])) columns |= 1u << j;
       }
     }
-    if (any) passed[parity] = 1u;
+    if (columns != 0u) atomicOr(passed[parity], columns);
     if (tid == 0) passed[parity ^ 1u] = 0u;  // last read in the previous tile, before this tile's product
     barrier();
-    if (passed[parity] == 0u) continue;  // uniform
+    const uint rounds = passed[parity];  // uniform
+    if (rounds == 0u) continue;
 
     for (uint j = 0; j < TN; ++j) {
+      if ((rounds & (1u << j)) == 0u) continue;  // uniform
       const uint c = tile_row_b(j), gc = col0 + c;
       for (uint i = 0; i < TM; ++i) {
         const uint r = tile_row_a(i);

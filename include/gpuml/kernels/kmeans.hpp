@@ -80,7 +80,8 @@ class LloydEngine {
       : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
     require_scalar_support<T>(device);
     const auto& info = device.info();
-    plan_ = plan_lloyd<T>(info, Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_)), k, static_cast<std::uint32_t>(d_));
+    const KMeansTileParams tile_params = Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_));
+    plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_));
     const std::uint64_t s = sizeof(T), tile = plan_.tile();
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");
@@ -89,7 +90,10 @@ class LloydEngine {
     // Workgroups: enough to fill a large GPU, while all partials (k x (d+1) each) stay within one binding.
     const std::uint64_t row = std::uint64_t(k) * (d_ + 1);
     const std::uint64_t partial_budget = std::min<std::uint64_t>(max_bytes, std::uint64_t(256) << 20) / (row * s);
-    const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(4096, partial_budget / n_chunks));
+    // On CPU devices one sample tile per workgroup: llvmpipe stops an invocation after 65,535 loop iterations in
+    // all (silently), so workgroups must not loop over tiles there.
+    const std::uint64_t wanted = info.type == vulkan::DeviceType::cpu ? ceil_div(chunk, tile) : 4096;
+    const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, partial_budget / n_chunks));
     const std::uint64_t needed = n_ * (d_ + 2) * s + n_chunks * per_chunk * row * s + 4 * row * s;
     if (info.device_local_bytes && needed > info.device_local_bytes)
       throw unsupported("k-means on " + info.name + " needs " + std::to_string(needed >> 20) + " MiB of device memory; it has " +
@@ -116,7 +120,7 @@ class LloydEngine {
     status_ = device.buffer(16);
     readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
     inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
-    lloyd_ = &device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants()});
+    lloyd_ = &device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants(), tile_params.subgroup_size});
     reduce_ = &device.kernel({KMeansShaders<T>::reduce(), 2, 8, {kReduceLanes}});
     inertia_ = &device.kernel({KMeansShaders<T>::inertia(), 5, 12, {kInertiaThreads, static_cast<std::uint32_t>(d_)}});
   }

@@ -46,9 +46,11 @@ namespace gpuml::kernels {
 
 /// The tile shape of the k-NN kernel on one device: a workgroup of wx x wy threads computes (wy*tm) queries x
 /// (wx*tn) database rows per tile, tm x tn values per thread (multiples of 4), bk features staged in shared memory
-/// per step (shaders/tile_product.glsl). Each query has a queue of wx slots in shared memory.
+/// per step (shaders/tile_product.glsl). Each query has a queue of wx slots in shared memory. groups: how many
+/// workgroups a dispatch aims for (database splits are added until query tiles x splits reaches it; every split
+/// pays a warm-up of about k heap insertions per query, so more is not always faster).
 struct KnnTileParams {
-  std::uint32_t wx, wy, tm, tn, bk;
+  std::uint32_t wx, wy, tm, tn, bk, groups = 1024;
 
   constexpr std::uint32_t block_queries() const { return wy * tm; }
   constexpr std::uint32_t block_rows() const { return wx * tn; }
@@ -62,15 +64,15 @@ struct KnnTileParams {
   /// Why the device cannot run this tile (empty: it can).
   template <class T>
   std::string misfit(const vulkan::DeviceInfo& d) const {
-    if (tm % 4 || tn % 4 || !wx || !wy || !bk) return "tm and tn must be multiples of 4, the rest positive";
+    if (tm % 4 || tn % 4 || tn > 32 || !wx || !wy || !bk || !groups)
+      return "tm and tn must be multiples of 4 (tn at most 32), the rest positive";
     return workgroup_misfit(d, wx, wy, shared_bytes<T>());
   }
   /// Specialisation constants; the metric is the last one (see knn_metric_code).
   std::vector<std::uint32_t> constants(std::uint32_t metric_code) const { return {wx, wy, tm, tn, bk, metric_code}; }
 };
 
-/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is how many workgroups a dispatch aims for
-/// (database splits are added until the grid of query tiles x splits reaches it).
+/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups.
 template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16,
           std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024>
 struct KnnTile {
@@ -78,10 +80,11 @@ struct KnnTile {
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
   static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
+  static_assert(TN <= 32, "at most 32 columns per thread (a bit mask of them is kept)");
   static_assert(MaxK >= 1, "k of at least 1 must be supported");
   static_assert(TargetGroups >= 1, "at least one workgroup");
-  static constexpr std::uint32_t max_k = MaxK, target_groups = TargetGroups;
-  static constexpr KnnTileParams tile{WX, WY, TM, TN, BK};
+  static constexpr std::uint32_t max_k = MaxK;
+  static constexpr KnnTileParams tile{WX, WY, TM, TN, BK, TargetGroups};
   template <class T>
   static KnnTileParams params(const vulkan::DeviceInfo&) {
     return tile;
@@ -96,7 +99,7 @@ struct KnnTile {
 /// where shared memory allows (35 KiB: NVIDIA, AMD and Intel GPUs have 48 KiB or more) and 8 on CPU devices
 /// (lavapipe allows 32 KiB); float64 uses 64 x 64 tiles to stay within 32 KiB.
 struct knn_default_policy {
-  static constexpr std::uint32_t max_k = 2048, target_groups = 1024;
+  static constexpr std::uint32_t max_k = 2048;
   template <class T>
   static KnnTileParams params(const vulkan::DeviceInfo& device) {
     if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
@@ -153,6 +156,7 @@ std::uint64_t database_block_rows(const vulkan::Device& device, std::uint64_t n,
 /// How one search is cut: queries per batch, rows per split (a multiple of the tile), splits per block.
 struct KnnPlan {
   std::uint64_t batch_queries = 0, split_rows = 0, splits = 0;
+  std::uint32_t merge_group = kKnnMergeGroup;  // split heaps folded per thread and merge pass
 };
 
 template <class T, class Policy>
@@ -172,13 +176,22 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
   // query before its threshold bites, so splits stay long against k (at least 64 k rows) and 16 tiles; candidate
   // lists within one binding and about 256 MiB.
   const std::uint64_t tiles = ceil_div(std::min(m, p.batch_queries), BQ);
-  std::uint64_t splits = ceil_div(Policy::target_groups, tiles);
+  std::uint64_t splits = ceil_div(tile.groups, tiles);
   splits = std::min(splits, std::max<std::uint64_t>(1, block / std::max<std::uint64_t>(16 * BN, 64 * k)));
   const std::uint64_t list_bytes = std::min(m, p.batch_queries) * k * s;
   splits = std::min(splits, std::max<std::uint64_t>(1, std::min<std::uint64_t>(max_bytes, 256ull << 20) / list_bytes));
   splits = std::min<std::uint64_t>(splits, info.max_workgroup_count[1]);
   splits = std::max<std::uint64_t>(1, splits);
   p.split_rows = ceil_div(ceil_div(block, splits), BN) * BN;
+  // CPU devices: llvmpipe stops an invocation after 65,535 loop iterations in all (silently), so a split there
+  // holds at most 32 tiles.
+  // Its candidate lists then bound the query batch instead, and the merge folds two heaps per thread and pass.
+  if (info.type == vulkan::DeviceType::cpu) {
+    p.split_rows = std::min<std::uint64_t>(p.split_rows, 32 * BN);
+    const std::uint64_t lists = std::min<std::uint64_t>(max_bytes, 256ull << 20) / (ceil_div(block, p.split_rows) * k * s);
+    p.batch_queries = std::max<std::uint64_t>(1, std::min(p.batch_queries, lists));
+    p.merge_group = 2;
+  }
   p.splits = ceil_div(block, p.split_rows);
   return p;
 }
@@ -303,13 +316,13 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                                      std::uint32_t(k),  std::uint32_t(pl.split_rows), std::uint32_t(b0)};
       cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf}, push,
                     static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries())), static_cast<std::uint32_t>(splits));
-      // Merge the splits' heaps on the device, kKnnMergeGroup at a time, into split 0's.
-      for (std::uint64_t stride = 1; stride < splits; stride *= kKnnMergeGroup) {
+      // Merge the splits' heaps on the device, pl.merge_group at a time, into split 0's.
+      for (std::uint64_t stride = 1; stride < splits; stride *= pl.merge_group) {
         cmds.barrier();
         const std::uint32_t mpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(splits), std::uint32_t(stride),
-                                        kKnnMergeGroup};
+                                        pl.merge_group};
         cmds.dispatch(merge, {vbuf, ibuf}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
-                      static_cast<std::uint32_t>(ceil_div(splits, stride * kKnnMergeGroup)));
+                      static_cast<std::uint32_t>(ceil_div(splits, stride * pl.merge_group)));
       }
       cmds.timestamp(1);
       cmds.submit_and_wait();

@@ -15,9 +15,8 @@
 
 namespace gpuml::tuning {
 
-/// LloydEngine does not pass KMeansTileParams::subgroup_size to its pipeline yet; until it does, the candidates
-/// leave the subgroup size to the driver rather than time the same pipeline twice.
-inline constexpr bool kKMeansEnginePinsSubgroupSize = false;
+/// LloydEngine passes KMeansTileParams::subgroup_size to its pipeline, so pinned sizes are candidates too.
+inline constexpr bool kKMeansEnginePinsSubgroupSize = true;
 
 struct KMeansShape {
   std::uint32_t k = 0, d = 0;
