@@ -11,10 +11,12 @@
 //
 // For each kernel and shape class it prints each candidate's time per call (for k-means: one E-step with the
 // partial sums and their read-back), then the catalogue default, the winner and the worst; with --json the same
-// numbers as default_ms, winner_ms and worst_ms. To compare whole fits afterwards:
+// numbers as default_ms, winner_ms and worst_ms (for k-NN: one search of a database kept on the device, select and
+// merge kernels, GPU time where the device has timestamps). To compare whole fits afterwards:
 //   gpuml-kmeans --device gpu --json                    uses the stored winner
 //   GPUML_TUNING=0 gpuml-kmeans --device gpu --json     ignores the store: the catalogue default
 //   GPUML_KMEANS_TILE=64,2,8,16,128 gpuml-kmeans ...     one given tile (e.g. the worst)
+//   GPUML_KNN_TILE=16,16,8,8,16,2048 gpuml-knn ...       likewise for k-NN (wx,wy,tm,tn,bk[,groups])
 // Delete tuning.json to forget the winners. Errors go to stderr with exit status 2.
 #include <gpuml/gpuml.hpp>
 #include <gpuml/tuning/tuner.hpp>
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuml-tune: times each kernel's candidate tiles on this device, per problem-shape class, and stores "
                "the fastest next to the pipeline cache, where gpuml uses them from then on."};
   app.add_option("--device", o.device, "auto | gpu | discrete | integrated | cpu | N | name (default: $GPUML_DEVICE, else auto)");
-  app.add_option("--kernel", o.kernel, "kmeans | all (default all)")->check(CLI::IsMember({"kmeans", "all"}));
+  app.add_option("--kernel", o.kernel, "kmeans | knn | all (default all)")->check(CLI::IsMember({"kmeans", "knn", "all"}));
   app.add_option("--shape", o.shapes, "shape class(es) to tune, e.g. 'd<=32,k<=128' (default: all)");
   app.add_option("--budget-seconds", o.budget_seconds, "time for the whole run (default 45)")->check(CLI::PositiveNumber);
   app.add_flag("--float64", o.float64, "also tune float64 (on devices with shaderFloat64)");
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
     gpuml::tuning::TuneOptions options;
     options.budget_seconds = o.budget_seconds;
     if (o.kernel == "kmeans") options.kernels = {gpuml::kKMeansKernel};
+    if (o.kernel == "knn") options.kernels = {gpuml::kernels::knn_default_policy::kernel};
     options.shapes = o.shapes;
     options.float64 = o.float64;
     options.store = !o.no_store;

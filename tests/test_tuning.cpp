@@ -1,7 +1,7 @@
 // Tuning: the store (round trip, lookups keyed by device and driver, corrupt files), device classes and the
-// catalogue, the k-means tile checks, the default policy's order (override, stored winner, catalogue), and short
-// tuning runs on the Vulkan device: an unrunnable candidate is never dispatched, and the winner fits the same
-// clustering as the catalogue's tile.
+// catalogue, the k-means tile checks, the k-means and k-NN default policies' order (override, stored winner,
+// catalogue), and short tuning runs on the Vulkan device: an unrunnable candidate is never dispatched, the k-means
+// winner fits the same clustering as the catalogue's tile, the k-NN winner finds the same neighbours.
 #include "support.hpp"
 
 #include <gpuml/tuning/tuner.hpp>
@@ -320,6 +320,73 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   EXPECT_EQ(Policy::params<float>(cpu, 1024, 1024), gpuml::kmeans_catalogue_tile(cpu));
 }
 
+// ---- k-NN ----------------------------------------------------------------------------------------------------
+
+using KnnPolicy = gpuml::kernels::knn_default_policy;
+using gpuml::kernels::KnnTileParams;
+tuning::Params P(const KnnTileParams& t) { return KnnPolicy::to_params(t); }
+
+TEST(KnnPolicy, OverrideThenStoredWinnerThenCatalogue) {
+  TempCacheDir dir;
+  const DeviceInfo gpu = fake_gpu();
+  const KnnTileParams winner{16, 8, 8, 8, 8, 2048};
+  tuning::TuningStore store;
+  store.put(gpu, {KnnPolicy::kernel, "d>32,k<=32", "f32"}, P(winner), 1.0);
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  const KnnTileParams catalogue = KnnPolicy::catalogue<float>(gpu);
+  ASSERT_NE(P(winner), P(catalogue));
+
+  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner));
+  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 32, 33)), P(winner)) << "the same shape class";
+  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(catalogue)) << "another shape class";
+  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue)) << "another shape class";
+  EXPECT_EQ(P(KnnPolicy::params<double>(gpu, 10, 128)), P(KnnPolicy::catalogue<double>(gpu))) << "no float64 winner";
+  {
+    ScopedEnv off("GPUML_TUNING", "0");
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(catalogue));
+  }
+  {
+    ScopedEnv tile("GPUML_KNN_TILE", "8,8,4,4,8");
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(KnnTileParams{8, 8, 4, 4, 8, 1024}));
+  }
+  {
+    ScopedEnv tile("GPUML_KNN_TILE", "8,16,8,4,16,4096");
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 16)), P(KnnTileParams{8, 16, 8, 4, 16, 4096}));
+  }
+  CapturedWarnings warnings;
+  for (const char* bad : {"8,8,4,4", "8,8,4,4,8,1024,1", "8;8;4;4;8", "8,8,6,4,8", "64,64,8,8,8", "8,8,4,4,8x"}) {
+    ScopedEnv tile("GPUML_KNN_TILE", bad);
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
+  }
+  EXPECT_EQ(warnings.messages.size(), 6u) << "one warning per value";
+}
+
+TEST(KnnPolicy, StoredEntriesThatCannotRunGiveTheCatalogue) {
+  TempCacheDir dir;
+  const DeviceInfo gpu = fake_gpu();
+  tuning::TuningStore store;
+  store.put(gpu, {KnnPolicy::kernel, "d<=32,k<=32", "f32"}, {16, 16, 8, 8}, 1.0);                // not a tile
+  store.put(gpu, {KnnPolicy::kernel, "d<=32,k>32", "f32"}, {16, 16, 6, 8, 8, 1024}, 1.0);         // tm not a multiple of 4
+  store.put(gpu, {KnnPolicy::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{32, 32, 8, 8, 16}), 1.0);  // > 48 KiB shared
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  const KnnTileParams catalogue = KnnPolicy::catalogue<float>(gpu);
+  CapturedWarnings warnings;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue));
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 16)), P(catalogue));
+    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(catalogue));
+  }
+  EXPECT_EQ(warnings.messages.size(), 3u) << "one warning per entry";
+  // A valid entry for the same device is used.
+  store.put(gpu, {KnnPolicy::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{8, 8, 8, 8, 16, 512}), 1.0);
+  ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
+  tuning::reload_store();
+  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(KnnTileParams{8, 8, 8, 8, 16, 512}));
+}
+
 // ---- On the Vulkan device (lavapipe in CI) -----------------------------------------------------------------
 
 std::shared_ptr<gpuml::vulkan::Device> test_device() {
@@ -442,6 +509,42 @@ TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
     EXPECT_TRUE((fit.labels.array() == tuned.labels.array()).all()) << "tile " << tile->text();
     EXPECT_NEAR(fit.inertia, tuned.inertia, 1e-5 * tuned.inertia) << "tile " << tile->text();
     EXPECT_EQ(fit.n_iter, tuned.n_iter);
+  }
+}
+
+TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  TempCacheDir dir;
+  const auto& info = device->info();
+  tuning::TuneOptions options;
+  options.budget_seconds = 4;
+  options.kernels = {KnnPolicy::kernel};
+  options.shapes = {"d<=32,k<=32"};
+  const auto report = tuning::tune(*device, options);
+  ASSERT_EQ(report.shapes.size(), 1u);
+  const auto& r = report.shapes[0];
+  ASSERT_TRUE(r.candidates[0].timed()) << r.candidates[0].status;
+  ASSERT_GE(r.winner, 0);
+  EXPECT_LE(r.candidates[r.winner].ms, r.candidates[0].ms);
+  EXPECT_LT(report.seconds, 12.0);
+  EXPECT_TRUE(r.stored);
+  EXPECT_EQ(report.store_path, dir.store_file());
+
+  // gpuml now uses the winner by default.
+  const auto winner = KnnPolicy::from_params(r.candidates[r.winner].params);
+  ASSERT_TRUE(winner);
+  EXPECT_EQ(P(KnnPolicy::params<float>(info, 10, 16)), P(*winner));
+
+  // The winner's, the catalogue's and the worst tile's searches find the same neighbours.
+  const Matrix<float> X = gpuml::testing::random_matrix<double>(5000, 16, 81, -1.0, 1.0).cast<float>();
+  const Matrix<float> Q = gpuml::testing::random_matrix<double>(70, 16, 82, -1.0, 1.0).cast<float>();
+  const auto tuned = gpuml::kernels::knn_search<float>(*device, X, Q, 10, gpuml::Metric::euclidean);
+  for (int other : {0, r.worst}) {
+    const auto tile = KnnPolicy::from_params(r.candidates[other].params);
+    tuning::RuntimeKnnTile::Use use(*tile);
+    const auto found = gpuml::kernels::knn_search<float, tuning::RuntimeKnnTile>(*device, X, Q, 10, gpuml::Metric::euclidean);
+    EXPECT_TRUE((found.indices.array() == tuned.indices.array()).all()) << "tile " << KnnPolicy::text(*tile);
   }
 }
 

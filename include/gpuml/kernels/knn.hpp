@@ -32,12 +32,15 @@
 #include <gpuml/shaders/knn_select_f64.hpp>
 #include <gpuml/shaders/knn_merge_f32.hpp>
 #include <gpuml/shaders/knn_merge_f64.hpp>
+#include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,7 +89,7 @@ struct KnnTile {
   static constexpr std::uint32_t max_k = MaxK;
   static constexpr KnnTileParams tile{WX, WY, TM, TN, BK, TargetGroups};
   template <class T>
-  static KnnTileParams params(const vulkan::DeviceInfo&) {
+  static KnnTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
     return tile;
   }
   template <class T>
@@ -95,17 +98,97 @@ struct KnnTile {
   }
 };
 
-/// Defaults per device class: 128 queries x 128 rows per tile, 8 x 8 values per thread, with 16 features per step
-/// where shared memory allows (35 KiB: NVIDIA, AMD and Intel GPUs have 48 KiB or more) and 8 on CPU devices
+/// The default policy: the GPUML_KNN_TILE override (for sweeps), else the tuner's stored winner for the device,
+/// the problem's shape class and the scalar type (tuning/store.hpp, written by gpuml-tune), else the catalogue.
+/// Catalogue, per device class: 128 queries x 128 rows per tile, 8 x 8 values per thread, with 16 features per
+/// step where shared memory allows (35 KiB: NVIDIA, AMD and Intel GPUs have 48 KiB or more) and 8 on CPU devices
 /// (lavapipe allows 32 KiB); float64 uses 64 x 64 tiles to stay within 32 KiB.
 struct knn_default_policy {
   static constexpr std::uint32_t max_k = 2048;
+  /// The kernel's name in the tuning store.
+  static constexpr const char* kernel = "knn_select";
+
   template <class T>
-  static KnnTileParams params(const vulkan::DeviceInfo& device) {
+  static KnnTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+    if (auto tile = from_env<T>(device)) return *tile;
+    if (auto tile = stored<T>(device, k, d)) return *tile;
+    return catalogue<T>(device);
+  }
+
+  template <class T>
+  static KnnTileParams catalogue(const vulkan::DeviceInfo& device) {
     if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
     const KnnTileParams wide{16, 16, 8, 8, 16};
     if (device.type != vulkan::DeviceType::cpu && wide.misfit<T>(device).empty()) return wide;
     return {16, 16, 8, 8, 8};
+  }
+
+  /// Shape classes, each tuned and stored once: few features (d <= 32) or many, small k (the per-split warm-up
+  /// is short) or large.
+  static std::string shape_class(std::uint64_t k, std::uint64_t d) {
+    return std::string(d <= 32 ? "d<=32" : "d>32") + (k <= 32 ? ",k<=32" : ",k>32");
+  }
+
+  /// The tuning store's form, {wx, wy, tm, tn, bk, groups}, and back.
+  static std::vector<std::uint32_t> to_params(const KnnTileParams& t) { return {t.wx, t.wy, t.tm, t.tn, t.bk, t.groups}; }
+  static std::optional<KnnTileParams> from_params(const std::vector<std::uint32_t>& p) {
+    if (p.size() != 6) return std::nullopt;
+    return KnnTileParams{p[0], p[1], p[2], p[3], p[4], p[5]};
+  }
+  /// "wx,wy,tm,tn,bk,groups": GPUML_KNN_TILE's syntax.
+  static std::string text(const KnnTileParams& t) {
+    std::string s;
+    for (auto v : to_params(t)) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  }
+
+  /// Why `t` is not a usable tile on `device` (empty: it is): the kernel's check plus the register bound.
+  template <class T>
+  static std::string misfit(const vulkan::DeviceInfo& device, const KnnTileParams& t) {
+    if (t.wx > 1024 || t.wy > 1024 || t.bk > 1024 || t.tm > 256 || t.tm * t.tn > 256)
+      return "at most 256 values per thread, 1024 threads or features per dimension";
+    return t.misfit<T>(device);
+  }
+
+  /// GPUML_KNN_TILE=wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
+  /// ignored with a warning (once).
+  template <class T>
+  static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
+    const char* env = std::getenv("GPUML_KNN_TILE");
+    if (!env || !*env) return std::nullopt;
+    std::vector<std::uint32_t> values;
+    bool well_formed = true;
+    for (const char* p = env;;) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(p, &end, 10);
+      if (end == p || v > (1u << 20) || (*end && *end != ',')) {
+        well_formed = false;
+        break;
+      }
+      values.push_back(static_cast<std::uint32_t>(v));
+      if (!*end) break;
+      p = end + 1;
+    }
+    if (values.size() == 5) values.push_back(1024);
+    const auto tile = well_formed ? from_params(values) : std::nullopt;
+    const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
+    if (why.empty()) return tile;
+    tuning::warn_once("ignoring GPUML_KNN_TILE=" + std::string(env) + " on " + device.name + ": " + why);
+    return std::nullopt;
+  }
+
+  /// The tuner's winner for this device, shape class and scalar type; one that is not a usable tile is ignored
+  /// with a warning (once).
+  template <class T>
+  static std::optional<KnnTileParams> stored(const vulkan::DeviceInfo& device, std::uint64_t k, std::uint64_t d) {
+    const tuning::TuneKey key{kernel, shape_class(k, d), tuning::scalar_name<T>()};
+    const auto p = tuning::stored_params(device, key);
+    if (!p) return std::nullopt;
+    const auto tile = from_params(*p);
+    const std::string why = tile ? misfit<T>(device, *tile) : "expected 6 numbers";
+    if (why.empty()) return tile;
+    tuning::warn_once("ignoring the tuned k-NN tile for " + key.shape + " " + key.scalar + " on " + device.name + ": " + why);
+    return std::nullopt;
   }
 };
 
@@ -264,7 +347,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if (static_cast<std::uint64_t>(n) >= UINT32_MAX)
     throw unsupported("knn_search on a Vulkan device supports at most 2^32 - 2 database rows");
   require_scalar_support<T>(device);
-  const KnnTileParams tile = Policy::template params<T>(device.info());
+  const KnnTileParams tile = Policy::template params<T>(device.info(), static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(d));
   if (auto why = tile.misfit<T>(device.info()); !why.empty())
     throw unsupported("k-NN tile policy cannot run on " + device.info().name + ": " + why);
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))

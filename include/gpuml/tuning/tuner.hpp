@@ -12,8 +12,8 @@
 // same conditions. A time budget bounds the whole run: each shape class gets an equal share of what is left,
 // and candidates past it are reported as skipped.
 //
-// Adding a kernel (k-NN, for instance): describe it as a TunableKernel (tuning/tunable.hpp, tuning/kmeans.hpp
-// is the example), add it to tunable_kernels() below, and have its default policy look up
+// Adding a kernel: describe it as a TunableKernel (tuning/tunable.hpp; tuning/kmeans.hpp and tuning/knn.hpp are
+// the examples), add it to tunable_kernels() below, and have its default policy look up
 // stored_params(device, {name, shape_class(problem), scalar_name<T>()}) before its catalogue default, checking
 // the stored parameters with the same misfit function before use.
 #pragma once
@@ -21,6 +21,7 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/tuning/device_class.hpp>
 #include <gpuml/tuning/kmeans.hpp>
+#include <gpuml/tuning/knn.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/tuning/tunable.hpp>
 
@@ -33,7 +34,7 @@
 namespace gpuml::tuning {
 
 /// Every kernel the tuner knows.
-inline std::vector<TunableKernel> tunable_kernels() { return {kmeans_tunable()}; }
+inline std::vector<TunableKernel> tunable_kernels() { return {kmeans_tunable(), knn_tunable()}; }
 
 struct TuneOptions {
   double budget_seconds = 45;         // the whole run; each shape class gets an equal share of what is left

@@ -1,0 +1,188 @@
+// k-NN search as a TunableKernel: a representative problem per shape class (the benchmark shapes on GPUs, tiny
+// ones on CPU devices), candidate tiles per device class, and a bench that times knn_search against a database
+// kept on the device (the select and merge kernels; GPU timestamps where the queue has them).
+#pragma once
+
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/parallel.hpp>
+#include <gpuml/kernels/knn.hpp>
+#include <gpuml/tuning/tunable.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+
+namespace gpuml::tuning {
+
+using KnnPolicy = kernels::knn_default_policy;
+
+/// A policy whose tile is chosen at run time (by the tuner, or a test): the tile of the innermost live
+/// RuntimeKnnTile::Use on this thread, else the catalogue's. Neither the override nor the store applies.
+struct RuntimeKnnTile {
+  static constexpr std::uint32_t max_k = KnnPolicy::max_k;
+
+  class Use {
+   public:
+    explicit Use(const kernels::KnnTileParams& tile) : previous_(current()) { current() = tile; }
+    ~Use() { current() = previous_; }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    std::optional<kernels::KnnTileParams> previous_;
+  };
+
+  template <class T>
+  static kernels::KnnTileParams params(const vulkan::DeviceInfo& device, std::uint32_t, std::uint32_t) {
+    return current() ? *current() : KnnPolicy::catalogue<T>(device);
+  }
+
+ private:
+  static std::optional<kernels::KnnTileParams>& current() {
+    static thread_local std::optional<kernels::KnnTileParams> tile;
+    return tile;
+  }
+};
+
+struct KnnShape {
+  std::uint32_t k = 0, d = 0;
+};
+
+/// The problem each shape class is tuned on: gpuml's k-NN benchmark shapes (d = 128, k = 10 and d = 16,
+/// k = 100) and their crossings.
+inline KnnShape knn_representative(const std::string& shape) {
+  if (shape == "d<=32,k<=32") return {10, 16};
+  if (shape == "d<=32,k>32") return {100, 16};
+  if (shape == "d>32,k<=32") return {10, 128};
+  if (shape == "d>32,k>32") return {100, 128};
+  throw invalid_input("unknown k-NN shape class '" + shape + "'");
+}
+
+inline std::vector<std::string> knn_shape_classes() { return {"d<=32,k<=32", "d<=32,k>32", "d>32,k<=32", "d>32,k>32"}; }
+
+/// Queries per search: the benchmark's on GPUs (2k at d = 128, 1k at d = 16), a few on CPU devices.
+inline std::uint64_t knn_queries(const vulkan::DeviceInfo& device, KnnShape s) {
+  if (device.type == vulkan::DeviceType::cpu) return 64;
+  return s.d > 32 ? 2048 : 1024;
+}
+
+/// Candidate tiles, the catalogue's first. GPUs: tiles of 64 to 128 queries x 64 to 128 rows (and 64 x 64 for
+/// float64), two feature steps, four target workgroup counts (large k pays a warm-up per split). CPU devices:
+/// a handful of small tiles (llvmpipe's loop limit; groups matter little there, the kernel caps the splits).
+inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, const std::string& shape) {
+  knn_representative(shape);  // checks the name
+  using kernels::KnnTileParams;
+  // The float32 catalogue tile leads (the candidate list does not depend on the scalar); float64's follows.
+  std::vector<KnnTileParams> tiles{KnnPolicy::catalogue<float>(device), KnnPolicy::catalogue<double>(device)};
+  if (device.type == vulkan::DeviceType::cpu) {
+    for (KnnTileParams t : {KnnTileParams{8, 8, 8, 8, 16}, KnnTileParams{16, 16, 4, 4, 8},
+                            KnnTileParams{16, 8, 8, 8, 8}, KnnTileParams{8, 16, 8, 8, 8}})
+      tiles.push_back(t);
+  } else {
+    const std::uint32_t shapes[][4] = {{16, 16, 8, 8}, {16, 8, 8, 8}, {16, 16, 4, 8}, {8, 16, 8, 8}, {16, 16, 8, 4}};
+    for (auto [wx, wy, tm, tn] : shapes)
+      for (std::uint32_t bk : {8u, 16u})
+        for (std::uint32_t groups : {512u, 1024u, 2048u, 4096u}) tiles.push_back({wx, wy, tm, tn, bk, groups});
+    tiles.push_back({8, 8, 8, 8, 16});
+  }
+  std::set<Params> seen;
+  std::vector<Params> out;
+  for (const auto& t : tiles)
+    if (seen.insert(KnnPolicy::to_params(t)).second) out.push_back(KnnPolicy::to_params(t));
+  return out;
+}
+
+/// Database rows: fixed at the benchmark's sizes on GPUs (1M at d = 128, 2M at d = 16), within 512 MiB and a
+/// quarter of the device's memory; 4096 to 16384 on CPU devices.
+inline RowRange knn_rows(const vulkan::DeviceInfo& device, const std::string& shape, const std::string& scalar) {
+  const KnnShape s = knn_representative(shape);
+  if (device.type == vulkan::DeviceType::cpu) return {4096, 16384};
+  std::uint64_t max_bytes = std::uint64_t(512) << 20;
+  if (device.device_local_bytes) max_bytes = std::min(max_bytes, device.device_local_bytes / 4);
+  const std::uint64_t row_bytes = std::uint64_t(s.d + 1) * (scalar == "f64" ? 8 : 4);  // the row and its norm
+  const std::uint64_t wanted = s.d > 32 ? std::uint64_t(1) << 20 : std::uint64_t(2) << 20;
+  const std::uint64_t rows = std::max<std::uint64_t>(4096, std::min(wanted, max_bytes / row_bytes));
+  return {rows, rows};
+}
+
+/// Uniform values in [-1, 1) from each element's index and a seed (SplitMix64).
+template <class T>
+Matrix<T> knn_bench_data(std::uint64_t n, std::uint32_t d, std::uint64_t seed) {
+  Matrix<T> X(static_cast<Eigen::Index>(n), d);
+  parallel_chunks(static_cast<std::int64_t>(n), 1 << 14, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+      for (std::uint32_t j = 0; j < d; ++j) {
+        std::uint64_t z = (seed * 0x632BE59BD9B4E019ull + std::uint64_t(i) * d + j + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        X(i, j) = static_cast<T>(static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0);
+      }
+  });
+  return X;
+}
+
+template <class T>
+class KnnBench final : public ShapeBench {
+ public:
+  KnnBench(vulkan::Device& device, KnnShape shape, std::uint64_t rows)
+      : device_(device), shape_(shape), X_(knn_bench_data<T>(std::max<std::uint64_t>(rows, shape.k), shape.d, 1)),
+        Q_(knn_bench_data<T>(knn_queries(device.info(), shape), shape.d, 2)), database_(device, X_) {}
+
+  std::string problem() const override {
+    return "n=" + std::to_string(X_.rows()) + " m=" + std::to_string(Q_.rows()) + " d=" + std::to_string(shape_.d) +
+           " k=" + std::to_string(shape_.k) + " " + scalar_name<T>();
+  }
+
+  double time_ms(const Params& params, int warmups, int reps) override {
+    const auto tile = KnnPolicy::from_params(params);
+    if (!tile) throw invalid_input("not a k-NN tile");
+    RuntimeKnnTile::Use use(*tile);
+    auto search = [&] {
+      kernels::knn_search<T, RuntimeKnnTile>(device_, X_, Q_, static_cast<int>(shape_.k), Metric::euclidean, &database_);
+    };
+    for (int i = 0; i < warmups; ++i) search();
+    std::vector<double> ms;
+    for (int i = 0; i < std::max(reps, 1); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      search();
+      const double device_ms = kernels::knn_last_device_ms();  // the GPU's time, without the host's merge
+      ms.push_back(device_ms >= 0 ? device_ms
+                                  : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+ private:
+  vulkan::Device& device_;
+  KnnShape shape_;
+  Matrix<T> X_, Q_;
+  kernels::KnnDatabase<T> database_;
+};
+
+inline TunableKernel knn_tunable() {
+  TunableKernel t;
+  t.name = KnnPolicy::kernel;
+  t.shapes = knn_shape_classes();
+  t.candidates = knn_candidates;
+  t.misfit = [](const vulkan::DeviceInfo& device, const Params& p, const std::string&, const std::string& scalar) {
+    const auto tile = KnnPolicy::from_params(p);
+    if (!tile) return std::string("not a k-NN tile");
+    return scalar == "f64" ? KnnPolicy::misfit<double>(device, *tile) : KnnPolicy::misfit<float>(device, *tile);
+  };
+  t.describe = [](const Params& p) {
+    const auto tile = KnnPolicy::from_params(p);
+    return tile ? KnnPolicy::text(*tile) : std::string("?");
+  };
+  t.rows = knn_rows;
+  t.bench = [](vulkan::Device& device, const std::string& shape, const std::string& scalar,
+               std::uint64_t rows) -> std::unique_ptr<ShapeBench> {
+    const KnnShape s = knn_representative(shape);
+    if (scalar == "f64") return std::make_unique<KnnBench<double>>(device, s, rows);
+    return std::make_unique<KnnBench<float>>(device, s, rows);
+  };
+  return t;
+}
+
+}  // namespace gpuml::tuning
