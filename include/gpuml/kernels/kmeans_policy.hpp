@@ -147,21 +147,9 @@ inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) 
 inline std::optional<KMeansTileParams> kmeans_tile_from_env(const vulkan::DeviceInfo& device) {
   const char* env = std::getenv("GPUML_KMEANS_TILE");
   if (!env || !*env) return std::nullopt;
-  std::vector<std::uint32_t> values;
-  bool well_formed = true;
-  for (const char* p = env;;) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(p, &end, 10);
-    if (end == p || v > 1024 || (*end && *end != ',')) {
-      well_formed = false;
-      break;
-    }
-    values.push_back(static_cast<std::uint32_t>(v));
-    if (!*end) break;
-    p = end + 1;
-  }
-  if (values.size() == 5) values.push_back(0);
-  const auto tile = well_formed ? KMeansTileParams::from_params(values) : std::nullopt;
+  auto values = tuning::parse_tile_list(env, 1024);
+  if (values && values->size() == 5) values->push_back(0);
+  const auto tile = values ? KMeansTileParams::from_params(*values) : std::nullopt;
   const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected threads,spt,kt,ds,ks[,subgroup]";
   if (why.empty()) return tile;
   tuning::warn_once("ignoring GPUML_KMEANS_TILE=" + std::string(env) + " on " + device.name + ": " + why);

@@ -156,21 +156,9 @@ struct knn_default_policy {
   static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
     const char* env = std::getenv("GPUML_KNN_TILE");
     if (!env || !*env) return std::nullopt;
-    std::vector<std::uint32_t> values;
-    bool well_formed = true;
-    for (const char* p = env;;) {
-      char* end = nullptr;
-      const unsigned long v = std::strtoul(p, &end, 10);
-      if (end == p || v > (1u << 20) || (*end && *end != ',')) {
-        well_formed = false;
-        break;
-      }
-      values.push_back(static_cast<std::uint32_t>(v));
-      if (!*end) break;
-      p = end + 1;
-    }
-    if (values.size() == 5) values.push_back(1024);
-    const auto tile = well_formed ? from_params(values) : std::nullopt;
+    auto values = tuning::parse_tile_list(env, (1u << 20));
+    if (values && values->size() == 5) values->push_back(1024);
+    const auto tile = values ? from_params(*values) : std::nullopt;
     const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
     if (why.empty()) return tile;
     tuning::warn_once("ignoring GPUML_KNN_TILE=" + std::string(env) + " on " + device.name + ": " + why);

@@ -376,6 +376,21 @@ class TuningStore {
   std::vector<TunedEntry> entries_;
 };
 
+
+/// "a,b,c": the comma-separated unsigned integers of a tile override (GPUML_KMEANS_TILE, GPUML_KNN_TILE), each at
+/// most `max_value`; nullopt when the text is not of that form.
+inline std::optional<std::vector<std::uint32_t>> parse_tile_list(const char* text, unsigned long max_value) {
+  std::vector<std::uint32_t> values;
+  for (const char* p = text;;) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(p, &end, 10);
+    if (end == p || v > max_value || (*end && *end != ',')) return std::nullopt;
+    values.push_back(static_cast<std::uint32_t>(v));
+    if (!*end) return values;
+    p = end + 1;
+  }
+}
+
 /// GPUML_TUNING=0 (or off/false) makes gpuml ignore the store and use the catalogue defaults.
 inline bool store_enabled() {
   const char* v = std::getenv("GPUML_TUNING");
