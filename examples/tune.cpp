@@ -8,11 +8,15 @@
 //   gpuml-tune --device gpu --json              one JSON object with every candidate's time
 //   gpuml-tune --kernel kmeans --shape 'd<=32,k<=128' --budget-seconds 20 --no-store
 //   gpuml-tune --dry-run                        the candidates and which ones the device can run; times nothing
+//   gpuml-tune --device cpu --min-gain 0        store the fastest even where it ties the default
 //
 // For each kernel and shape class it prints each candidate's time per call (for k-means: one E-step with the
 // partial sums and their read-back), then the catalogue default, the winner and the worst; with --json the same
 // numbers as default_ms, winner_ms and worst_ms (for k-NN: one search of a database kept on the device, select and
-// merge kernels, GPU time where the device has timestamps). To compare whole fits afterwards:
+// merge kernels, GPU time where the device has timestamps). The winner is the fastest candidate if it beats the
+// default by --min-gain per cent (default: 5 on CPU devices, 0 on GPUs) in best times and, with a margin, in the
+// median ratio of back-to-back pairs of calls (paired_ratio), else the default; the report names the fastest too
+// (fastest, fastest_ms). To compare whole fits afterwards:
 //   gpuml-kmeans --device gpu --json                    uses the stored winner
 //   GPUML_TUNING=0 gpuml-kmeans --device gpu --json     ignores the store: the catalogue default
 //   GPUML_KMEANS_TILE=64,2,8,16,128 gpuml-kmeans ...     one given tile (e.g. the worst)
@@ -35,6 +39,7 @@ struct Options {
   std::string device, kernel = "all";
   std::vector<std::string> shapes;
   double budget_seconds = 45;
+  double min_gain_percent = -1;  // negative: the device's default
   bool json = false, float64 = false, no_store = false, dry_run = false, verbose = false;
 };
 
@@ -64,6 +69,10 @@ nlohmann::json to_json(const gpuml::tuning::TuneReport& report, const gpuml::vul
     s["default_ms"] = r.candidates.empty() || !r.candidates[0].timed() ? nlohmann::json() : nlohmann::json(r.candidates[0].ms);
     s["winner"] = r.winner >= 0 ? nlohmann::json(r.candidates[r.winner].text) : nlohmann::json();
     s["winner_ms"] = r.winner >= 0 ? nlohmann::json(ms_of(r, r.winner)) : nlohmann::json();
+    s["fastest"] = r.fastest >= 0 ? nlohmann::json(r.candidates[r.fastest].text) : nlohmann::json();
+    s["fastest_ms"] = r.fastest >= 0 ? nlohmann::json(ms_of(r, r.fastest)) : nlohmann::json();
+    s["min_gain"] = r.min_gain;
+    s["paired_ratio"] = r.paired_ratio >= 0 ? nlohmann::json(r.paired_ratio) : nlohmann::json();
     s["worst"] = r.worst >= 0 ? nlohmann::json(r.candidates[r.worst].text) : nlohmann::json();
     s["worst_ms"] = r.worst >= 0 ? nlohmann::json(ms_of(r, r.worst)) : nlohmann::json();
     s["stored"] = r.stored;
@@ -87,6 +96,7 @@ void print_text(const gpuml::tuning::TuneReport& report) {
       const auto& c = r.candidates[i];
       std::string marks = i == 0 ? " default" : "";
       if (static_cast<int>(i) == r.winner) marks += " winner";
+      if (static_cast<int>(i) == r.fastest && r.fastest != r.winner) marks += " fastest";
       if (static_cast<int>(i) == r.worst) marks += " worst";
       if (c.timed() && base > 0) std::printf("  %-22s %10.3f %10.3f%s\n", c.text.c_str(), c.ms, c.ms / base, marks.c_str());
       else if (c.timed()) std::printf("  %-22s %10.3f %10s%s\n", c.text.c_str(), c.ms, "-", marks.c_str());
@@ -96,6 +106,12 @@ void print_text(const gpuml::tuning::TuneReport& report) {
       std::printf("  default %s: %.3f ms; winner %s: %.3f ms; worst %s: %.3f ms%s\n", r.candidates[0].text.c_str(), base,
                   r.candidates[r.winner].text.c_str(), ms_of(r, r.winner), r.candidates[r.worst].text.c_str(),
                   ms_of(r, r.worst), r.stored ? " (winner stored)" : "");
+    if (r.fastest >= 0 && r.fastest != r.winner)
+      std::printf("  kept the default: %s is not faster by %g%%%s\n", r.candidates[r.fastest].text.c_str(),
+                  100 * r.min_gain, r.paired_ratio >= 0 ? " in back-to-back pairs" : "");
+    if (r.paired_ratio >= 0)
+      std::printf("  %s / default in back-to-back pairs: %.3f (median)\n", r.candidates[r.fastest].text.c_str(),
+                  r.paired_ratio);
   }
   if (report.store_path.empty()) std::printf("\nnothing stored\n");
   else std::printf("\nstored %d winner(s) in %s\n", report.stored, report.store_path.c_str());
@@ -112,6 +128,9 @@ int main(int argc, char** argv) {
   app.add_option("--kernel", o.kernel, "kmeans | knn | all (default all)")->check(CLI::IsMember({"kmeans", "knn", "all"}));
   app.add_option("--shape", o.shapes, "shape class(es) to tune, e.g. 'd<=32,k<=128' (default: all)");
   app.add_option("--budget-seconds", o.budget_seconds, "time for the whole run (default 45)")->check(CLI::PositiveNumber);
+  app.add_option("--min-gain", o.min_gain_percent,
+                 "per cent by which a candidate must beat the default to win (default: 5 on CPU devices, 0 on GPUs)")
+      ->check(CLI::Range(0.0, 100.0));
   app.add_flag("--float64", o.float64, "also tune float64 (on devices with shaderFloat64)");
   app.add_flag("--no-store", o.no_store, "time the candidates but store nothing");
   app.add_flag("--dry-run", o.dry_run, "list the candidates and the device's verdict on each; time nothing, store nothing");
@@ -130,6 +149,7 @@ int main(int argc, char** argv) {
       throw gpuml::unsupported("no Vulkan device to tune (the host backend has no tiles; --device cpu tunes lavapipe)");
     gpuml::tuning::TuneOptions options;
     options.budget_seconds = o.budget_seconds;
+    if (o.min_gain_percent >= 0) options.min_gain = o.min_gain_percent / 100;
     if (o.kernel == "kmeans") options.kernels = {gpuml::kKMeansKernel};
     if (o.kernel == "knn") options.kernels = {gpuml::kernels::knn_default_policy::kernel};
     options.shapes = o.shapes;

@@ -1,7 +1,8 @@
 // Tuning: the store (round trip, lookups keyed by device and driver, corrupt files), device classes and the
 // catalogue, the k-means tile checks, the k-means and k-NN default policies' order (override, stored winner,
-// catalogue), and short tuning runs on the Vulkan device: an unrunnable candidate is never dispatched, the k-means
-// winner fits the same clustering as the catalogue's tile, the k-NN winner finds the same neighbours.
+// catalogue), and short tuning runs on the Vulkan device: an unrunnable candidate is never dispatched, a candidate
+// must beat the default by the margin to win, the k-NN problems on CPU devices are cut like real searches, the
+// k-means winner fits the same clustering as the catalogue's tile, the k-NN winner finds the same neighbours.
 #include "support.hpp"
 
 #include <gpuml/tuning/tuner.hpp>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 namespace {
@@ -466,6 +468,112 @@ TEST(Tuner, UnrunnableCandidateIsRejectedAndNeverDispatched) {
   EXPECT_EQ(report.stored, 0);
 }
 
+/// Fixed times per candidate (its first parameter), so the tuner's choice is checked without timing anything.
+/// With `loaded_default_ms`, the default (parameter 1) takes that long in calls of several repetitions, as if other
+/// load slowed those down, and its fixed time in single calls.
+class FixedBench final : public tuning::ShapeBench {
+ public:
+  FixedBench(std::map<std::uint32_t, double> ms, double loaded_default_ms)
+      : ms_(std::move(ms)), loaded_default_ms_(loaded_default_ms) {}
+  std::string problem() const override { return "fixed"; }
+  double time_ms(const tuning::Params& p, int, int reps) override {
+    if (p.at(0) == 1 && reps > 1 && loaded_default_ms_ > 0) return loaded_default_ms_;
+    return ms_.at(p.at(0));
+  }
+
+ private:
+  std::map<std::uint32_t, double> ms_;
+  double loaded_default_ms_;
+};
+
+tuning::TunableKernel fixed_kernel(const std::map<std::uint32_t, double>& ms, double loaded_default_ms = 0) {
+  tuning::TunableKernel k;
+  k.name = "fixed";
+  k.shapes = {"any"};
+  k.candidates = [ms](const DeviceInfo&, const std::string&) {
+    std::vector<tuning::Params> out;
+    for (const auto& [p, t] : ms) out.push_back({p});  // 1 first: the default
+    return out;
+  };
+  k.misfit = [](const DeviceInfo&, const tuning::Params&, const std::string&, const std::string&) {
+    return std::string();
+  };
+  k.describe = [](const tuning::Params& p) { return std::to_string(p.at(0)); };
+  k.rows = [](const DeviceInfo&, const std::string&, const std::string&) { return tuning::RowRange{1, 1}; };
+  k.bench = [ms, loaded_default_ms](gpuml::vulkan::Device&, const std::string&, const std::string&, std::uint64_t) {
+    return std::unique_ptr<tuning::ShapeBench>(std::make_unique<FixedBench>(ms, loaded_default_ms));
+  };
+  return k;
+}
+
+TEST(Tuner, ACandidateMustBeatTheDefaultByTheMargin) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  auto run = [&](const std::map<std::uint32_t, double>& ms, double min_gain, double loaded_default_ms = 0) {
+    tuning::TuneOptions options;
+    options.store = false;
+    options.min_gain = min_gain;
+    const auto report = tuning::tune(*device, options, {fixed_kernel(ms, loaded_default_ms)});
+    EXPECT_EQ(report.shapes.size(), 1u);
+    return report.shapes.at(0);
+  };
+  // 3% faster than the default: not enough for a 5% margin; the default is kept, the fastest still reported.
+  auto r = run({{1, 100.0}, {2, 97.0}, {3, 150.0}}, 0.05);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_EQ(r.fastest, 1);
+  EXPECT_EQ(r.worst, 2);
+  EXPECT_DOUBLE_EQ(r.min_gain, 0.05);
+  EXPECT_LT(r.paired_ratio, 0) << "no pairs: the best times already fall short";
+  // 10% faster: wins, in best times and in pairs.
+  r = run({{1, 100.0}, {2, 90.0}, {3, 150.0}}, 0.05);
+  EXPECT_EQ(r.winner, 1);
+  EXPECT_EQ(r.fastest, 1);
+  EXPECT_DOUBLE_EQ(r.paired_ratio, 0.9);
+  // 3% faster, but the default's timings of several calls were slowed to 110: 12% in best times, 3% in pairs.
+  r = run({{1, 100.0}, {2, 97.0}, {3, 150.0}}, 0.05, 110.0);
+  EXPECT_EQ(r.fastest, 1);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_DOUBLE_EQ(r.paired_ratio, 0.97);
+  // No margin: the fastest wins however small its lead, and no pairs are timed.
+  r = run({{1, 100.0}, {2, 99.5}, {3, 150.0}}, 0);
+  EXPECT_EQ(r.winner, 1);
+  EXPECT_LT(r.paired_ratio, 0);
+  // The default fastest: it wins.
+  r = run({{1, 90.0}, {2, 95.0}, {3, 150.0}}, 0.05);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_EQ(r.fastest, 0);
+  // The device's default margin: 5% on CPU devices, none on GPUs.
+  const bool cpu = device->info().type == DeviceType::cpu;
+  r = run({{1, 100.0}, {2, 97.0}, {3, 150.0}}, -1);
+  EXPECT_DOUBLE_EQ(r.min_gain, cpu ? 0.05 : 0.0);
+  EXPECT_EQ(r.winner, cpu ? 0 : 1);
+}
+
+TEST(Tuner, KnnProblemsOnCpuDevicesAreCutLikeRealSearches) {
+  auto device = test_device();
+  if (!device) GTEST_SKIP() << "no Vulkan device";
+  const auto& info = device->info();
+  if (info.type != DeviceType::cpu) GTEST_SKIP() << info.name << " is not a CPU device";
+  // Every candidate runs each class's problem as several workgroups (llvmpipe runs one per core at a time, so a
+  // problem of one or two favours the tiles that make more), and the queries leave the last query tile part idle.
+  for (const auto& shape : tuning::knn_shape_classes()) {
+    const auto s = tuning::knn_representative(shape);
+    const auto range = tuning::knn_rows(info, shape, "f32");
+    EXPECT_EQ(range.probe, range.max) << shape;
+    const std::uint64_t m = tuning::knn_queries(info, s);
+    for (const auto& p : tuning::knn_candidates(info, shape)) {
+      const auto tile = KnnPolicy::from_params(p);
+      ASSERT_TRUE(tile);
+      if (!KnnPolicy::misfit<float>(info, *tile).empty()) continue;
+      EXPECT_NE(m % tile->block_queries(), 0u) << shape << " " << KnnPolicy::text(*tile);
+      const auto plan = gpuml::kernels::knn_detail::plan<float, KnnPolicy>(*device, *tile, range.max, m, s.d, s.k);
+      const std::uint64_t groups = (m + tile->block_queries() - 1) / tile->block_queries() * plan.splits;
+      EXPECT_GE(groups, 4u) << shape << " " << KnnPolicy::text(*tile);
+      EXPECT_GE(plan.splits, 2u) << shape << " " << KnnPolicy::text(*tile);
+    }
+  }
+}
+
 TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
   auto device = test_device();
   if (!device) GTEST_SKIP() << "no Vulkan device";
@@ -483,7 +591,6 @@ TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
   ASSERT_GE(r.worst, 0);
   EXPECT_LE(r.candidates[r.winner].ms, r.candidates[0].ms);
   EXPECT_GE(r.candidates[r.worst].ms, r.candidates[r.winner].ms);
-  EXPECT_LT(report.seconds, 15.0);
   EXPECT_TRUE(r.stored);
   EXPECT_EQ(report.store_path, dir.store_file());
   ASSERT_TRUE(std::filesystem::exists(dir.store_file()));
@@ -527,7 +634,6 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   ASSERT_TRUE(r.candidates[0].timed()) << r.candidates[0].status;
   ASSERT_GE(r.winner, 0);
   EXPECT_LE(r.candidates[r.winner].ms, r.candidates[0].ms);
-  EXPECT_LT(report.seconds, 12.0);
   EXPECT_TRUE(r.stored);
   EXPECT_EQ(report.store_path, dir.store_file());
 

@@ -1,6 +1,7 @@
-// k-NN search as a TunableKernel: a representative problem per shape class (the benchmark shapes on GPUs, tiny
-// ones on CPU devices), candidate tiles per device class, and a bench that times knn_search against a database
-// kept on the device (the select and merge kernels; GPU timestamps where the queue has them).
+// k-NN search as a TunableKernel: a representative problem per shape class (the benchmark shapes on GPUs; on CPU
+// devices, searches sized like small real ones, see knn_rows), candidate tiles per device class, and a bench that
+// times knn_search against a database kept on the device (the select and merge kernels; GPU timestamps where the
+// queue has them).
 #pragma once
 
 #include <gpuml/core/error.hpp>
@@ -61,9 +62,11 @@ inline KnnShape knn_representative(const std::string& shape) {
 
 inline std::vector<std::string> knn_shape_classes() { return {"d<=32,k<=32", "d<=32,k>32", "d>32,k<=32", "d>32,k>32"}; }
 
-/// Queries per search: the benchmark's on GPUs (2k at d = 128, 1k at d = 16), a few on CPU devices.
+/// Queries per search: the benchmark's on GPUs (2k at d = 128, 1k at d = 16); 100 on CPU devices, a count that is
+/// not a multiple of any candidate's query tile (64 or 128: both fill 100 of 128 slots, as a real search of an odd
+/// count leaves part of its last tile idle) and small enough for the tuner's time budget (see knn_rows).
 inline std::uint64_t knn_queries(const vulkan::DeviceInfo& device, KnnShape s) {
-  if (device.type == vulkan::DeviceType::cpu) return 64;
+  if (device.type == vulkan::DeviceType::cpu) return 100;
   return s.d > 32 ? 2048 : 1024;
 }
 
@@ -94,10 +97,26 @@ inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, cons
 }
 
 /// Database rows: fixed at the benchmark's sizes on GPUs (1M at d = 128, 2M at d = 16), within 512 MiB and a
-/// quarter of the device's memory; 4096 to 16384 on CPU devices.
+/// quarter of the device's memory.
+///
+/// CPU devices: 32768 rows at d <= 32 and 16384 at d > 32, fixed (no scaling to a call time). On a CPU device the
+/// kernel cuts the database into splits of at most 32 row tiles (2048 or 4096 rows; llvmpipe's loop limit) and runs
+/// one workgroup per query tile and split, one per core at a time. A real search (say 100k x 16, 100 queries) has
+/// dozens of workgroups, each paying a heap warm-up of about k insertions per query, and the candidates with
+/// 128-row tiles (fewer, longer splits) are the fastest at large k. A problem of a few thousand rows has one or two
+/// splits: there the catalogue's 128 x 128 tile ran 64 queries as one workgroup on one core while 64-row tiles ran
+/// two, and their winners, two to three times as fast on such problems, were up to 30% slower on real searches. At
+/// these sizes, with 100 queries, the catalogue tile has 16 workgroups at d <= 32, k <= 32, 8 at d <= 32, k > 32,
+/// 8 at d > 32, k <= 32 and 4 at d > 32, k > 32 (the smaller tiles more), so the candidates rank as on larger
+/// searches; a search takes about 60 to 120 ms on lavapipe with 2 cores, which keeps the four classes within the
+/// tuner's default budget. The tuner's margin on CPU devices (TuneOptions::min_gain) then keeps the catalogue tile
+/// unless a candidate is clearly faster.
 inline RowRange knn_rows(const vulkan::DeviceInfo& device, const std::string& shape, const std::string& scalar) {
   const KnnShape s = knn_representative(shape);
-  if (device.type == vulkan::DeviceType::cpu) return {4096, 16384};
+  if (device.type == vulkan::DeviceType::cpu) {
+    const std::uint64_t rows = s.d > 32 ? 16384 : 32768;
+    return {rows, rows};
+  }
   std::uint64_t max_bytes = std::uint64_t(512) << 20;
   if (device.device_local_bytes) max_bytes = std::min(max_bytes, device.device_local_bytes / 4);
   const std::uint64_t row_bytes = std::uint64_t(s.d + 1) * (scalar == "f64" ? 8 : 4);  // the row and its norm

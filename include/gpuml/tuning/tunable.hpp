@@ -7,7 +7,8 @@
 //               times a candidate that fails it, and the policy never dispatches one
 //   describe    a candidate as short text for reports ("128,4,8,16,128")
 //   rows        the problem sizes to use: a probe size quick on any device of its class, and a largest size
-//               bounded by memory; the tuner scales between them until one call takes a few milliseconds
+//               bounded by memory; the tuner scales between them until one call takes a few milliseconds (a
+//               range of one size fixes the problem: k-NN's, sized like real searches, see tuning/knn.hpp)
 //   bench       the shape's representative problem of a given size, built on the device, timing candidates
 // Parameters travel as std::vector<std::uint32_t>, the store's form; the kernel encodes and decodes them.
 #pragma once

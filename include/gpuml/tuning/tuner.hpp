@@ -6,11 +6,15 @@
 //   auto report = gpuml::tuning::tune(*gpuml::select_backend("gpu").device(), {.budget_seconds = 45});
 //
 // Per shape class: the representative problem is sized on the device (a probe with the catalogue's default,
-// then scaled until one call takes a few milliseconds, within the kernel's memory bound); every candidate that
-// the kernel's misfit check accepts is timed (median of a few calls after a warm-up); the default and the three
-// fastest are then timed again in turn and keep their best time, so the winner has beaten the default under the
-// same conditions. A time budget bounds the whole run: each shape class gets an equal share of what is left,
-// and candidates past it are reported as skipped.
+// then scaled until one call takes a few milliseconds, within the kernel's memory bound; a kernel whose size range
+// is one size skips the probe on CPU devices); every candidate that the kernel's misfit check accepts is timed
+// (median of a few calls after a warm-up); the default and the three fastest are then timed again in turn and keep
+// their best time, so the winner has beaten the default under the same conditions. The winner must beat the
+// default by TuneOptions::min_gain (5% on CPU devices, none on GPUs), both in best times and in the median ratio of
+// back-to-back pairs of calls, else the default is kept: on a few shared CPU cores timings vary by several per
+// cent and with the machine's other load, and a near tie on the representative problem can go either way on
+// other problems of the class. A time budget bounds the whole run: each shape class gets an equal share of what is
+// left, and candidates past it are reported as skipped.
 //
 // Adding a kernel: describe it as a TunableKernel (tuning/tunable.hpp; tuning/kmeans.hpp and tuning/knn.hpp are
 // the examples), add it to tunable_kernels() below, and have its default policy look up
@@ -27,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,6 +49,8 @@ struct TuneOptions {
   bool store = true;                  // write the winners to the tuning store
   std::string store_path;             // empty: TuningStore::default_path()
   bool dry_run = false;               // check and list the candidates, time nothing
+  double min_gain = -1;               // a candidate replaces the default only when this much faster (0.05: 5%);
+                                      // negative: the device's default, 5% on CPU devices and 0 on GPUs
   std::function<void(const std::string&)> progress;  // one line per step, as it happens
 };
 
@@ -59,6 +66,11 @@ struct ShapeResult {
   std::string kernel, shape, scalar, problem;
   std::vector<CandidateResult> candidates;  // [0]: the catalogue's default
   int winner = -1, worst = -1;              // indices into candidates; -1 when nothing was timed
+  int fastest = -1;                         // the fastest timed candidate: the winner, unless it did not beat the
+                                            // default by min_gain and the default was kept
+  double min_gain = 0;                      // the margin applied
+  double paired_ratio = -1;                 // the fastest's median time ratio to the default in back-to-back pairs,
+                                            // where that check ran (a margin, and the fastest not the default)
   bool stored = false;
   double seconds = 0;
 };
@@ -81,10 +93,16 @@ bool selected(const C& chosen, const std::string& name) {
   return chosen.empty() || std::find(chosen.begin(), chosen.end(), name) != chosen.end();
 }
 
+/// The margin a candidate needs over the default on this device (TuneOptions::min_gain).
+inline double min_gain(const vulkan::DeviceInfo& info, const TuneOptions& options) {
+  if (options.min_gain >= 0) return options.min_gain;
+  return info.type == vulkan::DeviceType::cpu ? 0.05 : 0.0;
+}
+
 /// Times one candidate into `c`; a failure is recorded, not thrown.
-inline void time_candidate(ShapeBench& bench, CandidateResult& c, int reps) {
+inline void time_candidate(ShapeBench& bench, CandidateResult& c, int reps, int warmups = 1) {
   try {
-    const double ms = bench.time_ms(c.params, 1, reps);
+    const double ms = bench.time_ms(c.params, warmups, reps);
     c.ms = c.timed() ? std::min(c.ms, ms) : ms;
     c.status = "timed";
   } catch (const std::exception& e) {
@@ -120,9 +138,12 @@ inline void tune_shape(vulkan::Device& device, const TunableKernel& kernel, Shap
   std::unique_ptr<ShapeBench> bench;
   try {
     bench = kernel.bench(device, r.shape, r.scalar, rows);
-    const double probe_ms = bench->time_ms(r.candidates[runnable[0]].params, 1, reps);
+    // A range of one size has nothing to scale: on CPU devices, where such a call can take 100 ms, the probe is
+    // skipped; on GPUs it still runs (it also warms the device up before the first candidate).
+    const bool probe = !(cpu && range.probe >= range.max);
+    const double probe_ms = probe ? bench->time_ms(r.candidates[runnable[0]].params, 1, reps) : 0;
     const auto wanted = static_cast<std::uint64_t>(static_cast<double>(rows) * target / std::max(probe_ms, 1e-3));
-    if (wanted > rows + rows / 4) {
+    if (probe && wanted > rows + rows / 4) {
       rows = std::max(rows, std::min(wanted, range.max) / 1024 * 1024);
       bench.reset();  // free the probe's data first
       bench = kernel.bench(device, r.shape, r.scalar, rows);
@@ -144,7 +165,8 @@ inline void tune_shape(vulkan::Device& device, const TunableKernel& kernel, Shap
     say(c.text + ": " + (c.timed() ? std::to_string(c.ms) + " ms" : c.status));
   }
 
-  // Confirm: the default and the three fastest others, timed again in turn; each keeps its best time.
+  // Confirm: the default and the three fastest others, timed again in turn; each keeps its best time. On CPU
+  // devices without a warm-up (each candidate's pipeline is built by now, and a call can take 100 ms).
   std::vector<std::size_t> order;
   for (std::size_t i = 1; i < r.candidates.size(); ++i)
     if (r.candidates[i].timed()) order.push_back(i);
@@ -152,13 +174,49 @@ inline void tune_shape(vulkan::Device& device, const TunableKernel& kernel, Shap
   order.resize(std::min<std::size_t>(order.size(), 3));
   if (r.candidates[0].timed()) order.insert(order.begin(), 0);
   for (int round = 0; round < 2 && order.size() > 1 && seconds_since(t0) < 1.25 * budget_s; ++round)
-    for (auto i : order) time_candidate(*bench, r.candidates[i], reps);
+    for (auto i : order) time_candidate(*bench, r.candidates[i], reps, cpu ? 0 : 1);
 
   for (std::size_t i = 0; i < r.candidates.size(); ++i) {
     const auto& c = r.candidates[i];
     if (!c.timed()) continue;
-    if (r.winner < 0 || c.ms < r.candidates[r.winner].ms) r.winner = static_cast<int>(i);
+    if (r.fastest < 0 || c.ms < r.candidates[r.fastest].ms) r.fastest = static_cast<int>(i);
     if (r.worst < 0 || c.ms > r.candidates[r.worst].ms) r.worst = static_cast<int>(i);
+  }
+  // The winner: the fastest, if it beats the default by the margin; else the default. With a margin, the lead is
+  // also checked in pairs: single calls of the default and the fastest back to back (in alternating order), whose
+  // median time ratio must show the same gain. Best times can favour whichever candidate ran while the machine
+  // was quiet; a pair shares the machine's load.
+  r.min_gain = min_gain(info, options);
+  r.winner = r.fastest;
+  if (r.fastest > 0 && r.candidates[0].timed()) {
+    const Params &def = r.candidates[0].params, &fast = r.candidates[r.fastest].params;
+    bool wins = r.candidates[r.fastest].ms <= (1 - r.min_gain) * r.candidates[0].ms;
+    if (wins && r.min_gain > 0) {
+      std::vector<double> ratios;
+      try {
+        for (int pair = 0; pair < 6; ++pair) {
+          const bool default_first = pair % 2 == 0;
+          const double first = bench->time_ms(default_first ? def : fast, 0, 1);
+          const double second = bench->time_ms(default_first ? fast : def, 0, 1);
+          ratios.push_back(default_first ? second / first : first / second);
+        }
+        std::sort(ratios.begin(), ratios.end());
+        r.paired_ratio = (ratios[2] + ratios[3]) / 2;
+        wins = r.paired_ratio <= 1 - r.min_gain;
+      } catch (const std::exception& e) {
+        say(std::string("paired check failed: ") + e.what());
+        wins = false;
+      }
+    }
+    if (!wins) r.winner = 0;
+  }
+  if (r.winner != r.fastest || r.paired_ratio >= 0) {
+    char line[200], pairs[64] = "";
+    if (r.paired_ratio >= 0) std::snprintf(pairs, sizeof pairs, ", %.3f in pairs", r.paired_ratio);
+    std::snprintf(line, sizeof line, "%s %s: %.3f of the default's best time%s; margin %g%%",
+                  r.winner == r.fastest ? "winner" : "kept the default, fastest", r.candidates[r.fastest].text.c_str(),
+                  r.candidates[r.fastest].ms / r.candidates[0].ms, pairs, 100 * r.min_gain);
+    say(line);
   }
   r.seconds = seconds_since(t0);
 }
