@@ -244,6 +244,15 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["write_seconds"] = write_seconds;
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
+    if (backend.is_vulkan()) {  // GPU time per E-step (with partial sums), per reduction, per labelling step
+      const auto& dt = gpuml::kernels::kmeans_device_time();
+      if (dt.e_steps > 0 && dt.e_step_ms >= 0) {
+        j["device_e_step_ms"] = dt.e_step_ms / dt.e_steps;
+        j["device_reduce_ms"] = dt.reduce_ms / dt.e_steps;
+        j["device_e_step_each_ms"] = dt.e_step_each_ms;
+      }
+      if (dt.label_steps > 0 && dt.labels_ms >= 0) j["device_labels_ms"] = dt.labels_ms / dt.label_steps;
+    }
     if (backend.is_vulkan()) {  // pipeline creation in this process (the on-disk cache makes later runs cheaper)
       j["pipelines_built"] = backend.device()->pipelines_built();
       j["pipeline_seconds"] = backend.device()->pipeline_seconds();

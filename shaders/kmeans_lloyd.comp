@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // One Lloyd E-step over a chunk of samples, fused with the partial M-step:
 //   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
 //   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster.
@@ -7,7 +8,10 @@
 // tiles (SPT samples x KT centres per thread); the centres sit in shared memory when they all fit (KS x DS),
 // else they are read from global memory, the same address for every thread.
 // Partial sums are deterministic without float atomics: per round of THREADS samples every sample sets one bit in
-// its cluster's mask; the thread owning the cluster walks those bits in index order.
+// its cluster's mask; the thread owning a cluster walks those bits in index order, or, when the cluster is
+// crowded (few clusters, or a poor init, put many of a round's samples in one), lists it, and the listed
+// clusters' (cluster, feature) pairs are then walked in index order by a thread each, so a crowded cluster does
+// not serialise the workgroup on one thread.
 #include "common.glsl"
 
 layout(constant_id = 0) const uint THREADS = 128;   // a multiple of 32
@@ -46,6 +50,9 @@ layout(push_constant) uniform Push {
 shared scalar4 Cs[KS * DS4];
 shared scalar Cn[KS];
 shared uint masks[K * WORDS];
+const uint CROWDED = 128u / DW > 1u ? 128u / DW : 1u;  // members above which a cluster's walk is split by feature
+shared uint crowded[THREADS / (CROWDED + 1u) + 1u];
+shared uint crowded_count;
 shared scalar Acc[K * DW * ACC_SHARED + 1];
 shared uint group_changed;
 
@@ -67,6 +74,13 @@ void acc_add(uint region, uint index, scalar v) {
   else partials[region + index] += v;
 }
 
+// A workgroup barrier that also orders the partial sums when they live in global memory (a cluster's sums move
+// between threads from one round to the next).
+void acc_barrier() {
+  if (ACC_SHARED == 0) memoryBarrierBuffer();
+  barrier();
+}
+
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint g = linear_group_id();
@@ -74,7 +88,7 @@ void main() {
   const uint region = (p.partial_base + g) * (K * DW);
   const bool resident = NKS == 1 && NDS == 1;
 
-  // Each thread zeroes, accumulates and writes out only the partial rows of the clusters it owns.
+  // Zeroed here, summed by the cluster's owner or the thread of a (cluster, feature) pair, written out at the end.
   if (p.update != 0)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) {
@@ -82,6 +96,7 @@ void main() {
         else partials[region + c * DW + f] = scalar(0);
       }
   if (t == 0) group_changed = 0u;
+  bool any_changed = false;  // this thread's labels, over all its tiles: one shared atomic per thread per dispatch
   if (resident) load_centres(0, 0);
 
   for (uint tile = g; tile < ntiles; tile += p.groups) {
@@ -148,24 +163,29 @@ void main() {
       }
     }
 
-    bool changed = false;
     for (uint s = 0; s < SPT; ++s) {
       const uint i = base + s * THREADS + t;
-      if (i < p.rows) {
-        changed = changed || labels[i] != best_c[s];
+      if (i < p.rows && labels[i] != best_c[s]) {
+        any_changed = true;
         labels[i] = best_c[s];
       }
     }
-    if (changed) atomicOr(group_changed, 1u);
 
     if (p.update != 0)
       for (uint r = 0; r < SPT; ++r) {
-        barrier();
+        acc_barrier();  // the previous round's sums are done
         for (uint e = t; e < K * WORDS; e += THREADS) masks[e] = 0u;
+        if (t == 0) crowded_count = 0u;
         barrier();
         if (base + r * THREADS + t < p.rows) atomicOr(masks[best_c[r] * WORDS + (t >> 5)], 1u << (t & 31u));
         barrier();
-        for (uint c = t; c < K; c += THREADS)
+        for (uint c = t; c < K; c += THREADS) {
+          uint members = 0u;
+          [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
+          if (members > CROWDED) {
+            crowded[atomicAdd(crowded_count, 1u)] = c;  // the list's order varies; each pair's sum does not
+            continue;
+          }
           for (uint w = 0; w < WORDS; ++w) {
             uint m = masks[c * WORDS + w];
             while (m != 0u) {
@@ -177,12 +197,33 @@ void main() {
               acc_add(region, c * DW + D, wi);
             }
           }
+        }
+        barrier();
+        const uint listed = crowded_count;
+        for (uint e = t; e < listed * DW; e += THREADS) {
+          const uint c = crowded[e / DW], f = e % DW, index = c * DW + f;
+          // The running sum stays in a register: the chain of adds is the walk's critical path.
+          scalar sum = ACC_SHARED != 0 ? Acc[index] : partials[region + index];
+          [[unroll]] for (uint w = 0; w < WORDS; ++w) {  // unrolled: llvmpipe counts every loop iteration
+            uint m = masks[c * WORDS + w];
+            while (m != 0u) {
+              const uint b = uint(findLSB(m));
+              m &= m - 1u;
+              const uint i = base + r * THREADS + w * 32u + b;
+              sum += f < D ? X[i * D + f] * W[i] : W[i];
+            }
+          }
+          if (ACC_SHARED != 0) Acc[index] = sum;
+          else partials[region + index] = sum;
+        }
       }
   }
 
+  barrier();  // the last round's sums; group_changed's zeroing
   if (p.update != 0 && ACC_SHARED != 0)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) partials[region + c * DW + f] = Acc[c * DW + f];
+  if (any_changed) atomicOr(group_changed, 1u);
   barrier();
   if (t == 0 && group_changed != 0u) atomicOr(status[0], 1u);
 }

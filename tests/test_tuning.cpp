@@ -319,7 +319,12 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
   EXPECT_EQ(Policy::params<float>(cpu, 256, 64), cpu_winner);
-  EXPECT_EQ(Policy::params<float>(cpu, 1024, 1024), gpuml::kmeans_catalogue_tile(cpu));
+  // There the catalogue itself gives way to the CPU tile with the fewest loops (a feature tile of 32).
+  const KMeansTileParams wide = Policy::params<float>(cpu, 1024, 1024);
+  EXPECT_EQ(wide, gpuml::kmeans_catalogue_tile<float>(cpu, 1024, 1024));
+  EXPECT_NE(wide, gpuml::kmeans_catalogue_tile(cpu));
+  EXPECT_EQ(wide.feature_tile, 32u);
+  EXPECT_EQ(gpuml::kmeans_catalogue_tile<float>(cpu, 127, 14), gpuml::kmeans_catalogue_tile(cpu));
 }
 
 // ---- k-NN ----------------------------------------------------------------------------------------------------

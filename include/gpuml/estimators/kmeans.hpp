@@ -5,6 +5,7 @@
 
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
+#include <gpuml/core/parallel.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/warnings.hpp>
@@ -95,6 +96,28 @@ inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
   return true;
 }
 
+/// Rows per task of the fit's passes over X on the host.
+inline constexpr std::int64_t kRowChunk = 1 << 15;
+
+/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
+/// order (the result does not depend on the thread count).
+template <class M>
+Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
+  const std::int64_t n = X.rows(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(X.cols()));
+  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
+    for (std::int64_t i = begin; i < end; ++i) {
+      const Eigen::RowVectorXd row = X.row(i).template cast<double>();
+      if (center) s += (row - *center).array().square().matrix();
+      else s += row;
+    }
+  });
+  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(X.cols());
+  for (const auto& s : part) total += s;
+  return total;
+}
+
 }  // namespace detail
 
 template <class T, class Policy = kmeans_default_policy>
@@ -161,18 +184,16 @@ class KMeans {
     }
 
     // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
-    const Eigen::RowVectorXd mean = X.template cast<double>().colwise().mean();
+    const Eigen::RowVectorXd mean = detail::column_sums(X, nullptr) / static_cast<double>(n);
     double tol_absolute = 0;
-    if (p.tol != 0) {
-      double var_sum = 0;
-      for (Eigen::Index f = 0; f < d; ++f)
-        var_sum += (X.col(f).template cast<double>().array() - mean[f]).square().mean();
-      tol_absolute = var_sum / static_cast<double>(d) * p.tol;
-    }
+    if (p.tol != 0) tol_absolute = (detail::column_sums(X, &mean) / static_cast<double>(n)).mean() * p.tol;
 
     // Centre X (and an array init) by its mean, in T as scikit-learn does.
     const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
-    const Matrix<T> Xc = X.rowwise() - mean_t;
+    Matrix<T> Xc(n, d);
+    parallel_chunks(n, detail::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+      Xc.middleRows(begin, end - begin) = X.middleRows(begin, end - begin).rowwise() - mean_t;
+    });
     Matrix<T> init_c;
     if (array_init) init_c = p.init_centers->template cast<T>().rowwise() - mean_t;
 

@@ -15,6 +15,7 @@
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 namespace gpuml::kernels {
@@ -57,7 +58,9 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 4;
+    // centre tile and norms, the per-cluster masks, the crowded-cluster list (at most half a round), the sums
+    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words +
+           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 8;
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
@@ -70,6 +73,19 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
     throw unsupported("k-means tile policy cannot run on " + info.name + " for k=" + std::to_string(k) + ", d=" +
                       std::to_string(d) + ": " + why + " (choose a policy with fewer threads)");
   return pl;
+}
+
+/// GPU time of the last Lloyd run's E-steps (with their partial sums) and partial-sum reductions on this thread
+/// (timestamps; negative where the queue has none): where a fit's iterations spend the device.
+struct KMeansDeviceTime {
+  double e_step_ms = 0, reduce_ms = 0;  // E-steps with partial sums (one per iteration), and their reductions
+  double labels_ms = 0;                 // E-steps that only label (the final one, predict)
+  int e_steps = 0, label_steps = 0;
+  std::vector<double> e_step_each_ms;   // per iteration, in order
+};
+inline KMeansDeviceTime& kmeans_device_time() {
+  thread_local KMeansDeviceTime t;
+  return t;
 }
 
 /// Device-resident data of one fit: X, weights and labels in chunks that each fit one binding.
@@ -141,25 +157,42 @@ class LloydEngine {
     T* staged = static_cast<T*>(centres_staging_.mapped());
     std::copy_n(C.data(), kd, staged);
     for (std::uint32_t j = 0; j < k_; ++j) staged[kd + j] = C.row(j).squaredNorm();
-    vulkan::Commands cmds(dev_);
+    // One command buffer (and its descriptor pool, fence, queries) for every step of the fit: creating them per
+    // iteration costs the driver more than the small steps of a short fit take.
+    if (!commands_) commands_.emplace(dev_, 3);
+    else commands_->reset();
+    vulkan::Commands& cmds = *commands_;
     cmds.copy(centres_staging_, 0, centres_, 0, kd * s);
     cmds.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
     cmds.fill(status_, 0, 16, 0u);
     cmds.barrier();
+    cmds.timestamp(0);
     for (auto& c : chunks_) {
       const std::uint32_t push[4] = {std::uint32_t(c.rows), c.groups, c.partial_base, update ? 1u : 0u};
       cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, c.groups);
     }
     cmds.barrier();
+    cmds.timestamp(1);
     const std::uint32_t elements = static_cast<std::uint32_t>(std::uint64_t(k_) * (d_ + 1));
     if (update) {
       const std::uint32_t push[2] = {elements, parts_};
       cmds.dispatch(*reduce_, {partials_, sums_}, push, static_cast<std::uint32_t>(ceil_div(elements, 32)));
       cmds.barrier();
+      cmds.timestamp(2);
       cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * s);
     }
     cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 4);
     cmds.submit_and_wait();
+    auto& time = kmeans_device_time();
+    if (update) {
+      time.e_step_each_ms.push_back(cmds.elapsed_ms(0, 1));
+      time.e_step_ms += time.e_step_each_ms.back();
+      time.reduce_ms += cmds.elapsed_ms(1, 2);
+      ++time.e_steps;
+    } else {
+      time.labels_ms += cmds.elapsed_ms(0, 1);
+      ++time.label_steps;
+    }
     const T* out = static_cast<const T*>(readback_.mapped());
     if (update) {
       sums->resize(k_, d_);
@@ -223,6 +256,7 @@ class LloydEngine {
   std::uint32_t parts_ = 0;
   Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
+  std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   const vulkan::Kernel *lloyd_ = nullptr, *reduce_ = nullptr, *inertia_ = nullptr;
 };
 
@@ -231,6 +265,7 @@ class LloydEngine {
 template <class T, class Policy = kmeans_default_policy>
 host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                            int max_iter, double tol_absolute, bool verbose) {
+  kmeans_device_time() = {};
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
   return host::kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);

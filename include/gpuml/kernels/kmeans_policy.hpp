@@ -142,6 +142,29 @@ inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) 
   }
 }
 
+/// The catalogue tile for a k x d problem. On CPU devices a problem whose centre x feature tiles would pass
+/// llvmpipe's loop limit with the class tile takes the CPU tile with the fewest such loops instead (k = d = 1024
+/// needs wide feature tiles to stay correct there).
+template <class T>
+KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+  const KMeansTileParams tile = kmeans_catalogue_tile(device);
+  if (device.type != vulkan::DeviceType::cpu || kmeans_can_implement<T>(device, tile, k, d)) return tile;
+  KMeansTileParams best = tile;
+  std::uint64_t best_loops = ~std::uint64_t(0);
+  for (const KMeansTileParams& t : {tile, KMeansTile<128, 1, 4, 32, 128>::tile, KMeansTile<128, 1, 8, 16, 128>::tile,
+                                    KMeansTile<128, 1, 2, 64, 128>::tile}) {
+    if (!kmeans_tile_shape_misfit(device, t).empty()) continue;
+    try {
+      const auto plan = kernels::plan_lloyd<T>(device, t, k, d);
+      const std::uint64_t loops =
+          (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+      if (loops < best_loops) best = t, best_loops = loops;
+    } catch (const unsupported&) {
+    }
+  }
+  return best;
+}
+
 /// GPUML_KMEANS_TILE=threads,spt,kt,ds,ks[,subgroup]: one tile for every k-means problem, for sweeps. A value
 /// that is malformed or not a usable tile on `device` is ignored with a warning.
 inline std::optional<KMeansTileParams> kmeans_tile_from_env(const vulkan::DeviceInfo& device) {
@@ -180,7 +203,7 @@ struct kmeans_default_policy {
   static KMeansTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
     if (auto tile = kmeans_tile_from_env(device)) return *tile;
     if (auto tile = kmeans_stored_tile<T>(device, k, d)) return *tile;
-    return kmeans_catalogue_tile(device);
+    return kmeans_catalogue_tile<T>(device, k, d);
   }
 };
 
