@@ -14,6 +14,12 @@
 // split, initialised to (+inf, 0xffffffff)). Once the heaps are warm almost no value passes, and a tile costs
 // little more than its product.
 //
+// Bounds: with p.bounded, query q's heaps start full of (b, none) pairs instead of (+inf, none), where b is the
+// root of q's merged heap from a pass over a sample of the block (binding 6: the k-th best value of the sample,
+// widened by 2^-20 of its size). Every pair among the block's k best is at most b, so only pairs at most b are
+// ever queued and the warm-up of about k insertions per query and split disappears. The sample's own pairs are
+// formed by this same pipeline, so at least k real pairs pass and no sentinel reaches the result.
+//
 // Order: (value, index) lexicographic, so equal values go to the lower database index; the kept set (though not
 // the heap's layout) is independent of the tiling, the splits and the order of the queue, because a pair that
 // fails the threshold can never enter the k best. Every value is formed by the same instruction sequence (one
@@ -40,9 +46,12 @@ layout(std430, binding = 2) readonly buffer QNormBuf { scalar qn[]; };
 layout(std430, binding = 3) readonly buffer XNormBuf { scalar xn[]; };
 layout(std430, binding = 4) buffer ValBuf { scalar hv[]; };
 layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
-// m queries, n database rows in this block, d features, k kept, split_rows rows per split, base: global index of
-// the block's first row.
-layout(push_constant) uniform Push { uint m; uint n; uint d; uint k; uint split_rows; uint base; } p;
+layout(std430, binding = 6) readonly buffer BoundBuf { scalar bound_v[]; };  // the sample pass's merged heaps
+// m queries, n database rows in this block, d features, k kept, split s covers split_rows rows from
+// s * split_stride, base: global index of the block's first row, bounded: 1 to start from the sample's bounds.
+layout(push_constant) uniform Push {
+  uint m; uint n; uint d; uint k; uint split_rows; uint base; uint split_stride; uint bounded;
+} p;
 
 scalar combine(scalar acc, scalar a, scalar b) {
   if (METRIC == MANHATTAN) return acc + abs(a - b);
@@ -84,21 +93,26 @@ void main() {
   const uint tid = gl_LocalInvocationID.y * WX + gl_LocalInvocationID.x;
   const uint row0 = gl_WorkGroupID.x * BM;
   const uint split = gl_WorkGroupID.y;
-  const uint c_begin = split * p.split_rows;
+  const uint c_begin = split * p.split_stride;
   const uint c_end = min(p.n, c_begin + p.split_rows);
   const bool uses_norms = METRIC == SQEUCLIDEAN || METRIC == COSINE;
 
   for (uint r = tid; r < BM; r += NT) {
     const uint q = row0 + r;
+    scalar start = scalar_inf();
+    if (p.bounded != 0 && q < p.m) {
+      start = bound_v[q * p.k];  // split 0's root: the sample's k-th best
+      start += abs(start) * scalar(1.0 / 1048576.0);
+    }
     if (q < p.m) {
       const uint h = (split * p.m + q) * p.k;
       for (uint e = 0; e < p.k; ++e) {
-        hv[h + e] = scalar_inf();
+        hv[h + e] = start;
         hi[h + e] = NONE;
       }
     }
     qaux[r] = (uses_norms && q < p.m) ? row_aux(qn[q]) : scalar(0);
-    thr[r] = scalar_inf();
+    thr[r] = start;
     thr_idx[r] = NONE;
     queued[r] = 0;
   }

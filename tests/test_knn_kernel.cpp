@@ -170,6 +170,7 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
     for (int k : {1, 8, 33}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
       const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m);
+      EXPECT_EQ(gpuml::kernels::knn_last_sample_rows() > 0, k > 32);  // k = 33: bounded by a sample pass
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
     }
@@ -222,6 +223,25 @@ TYPED_TEST(KnnKernel, DuplicatesAndExactTiesGoToTheLowerIndex) {
     EXPECT_EQ(got.distances(0, 0), T(0));
     EXPECT_EQ(got.distances(0, 1), T(0));
   }
+}
+
+TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // A database large enough for the bounding sample pass (1/16 of the rows, spread over the block), made of small
+  // integers: thousands of rows tie with the sample's k-th value, and every tie must still go to the lower index.
+  const Matrix<T> db = random_matrix<T>(20011, 4, 35, 0.0, 3.0).array().floor().matrix();
+  const Matrix<T> q = random_matrix<T>(37, 4, 36, 0.0, 3.0).array().floor().matrix();
+  for (Metric m : {Metric::euclidean, Metric::manhattan, Metric::chebyshev, Metric::inner_product})
+    for (int k : {1, 40, 100}) {  // k = 1 without the sample pass, the others with it
+      SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
+      if (k == 1) EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
+      else EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 4u * k);
+      const auto host = gpuml::host::knn_search<T>(db, q, k, m);
+      EXPECT_EQ(got.indices, host.indices);
+      EXPECT_EQ(got.distances, host.distances);
+    }
 }
 
 TYPED_TEST(KnnKernel, CosineOfZeroVectorIsOne) {

@@ -5,7 +5,9 @@
 // device's memory), the queries in batches that fit one binding and the dispatch limits. Within a (block, batch)
 // pair the select kernel runs a grid of query tiles x database splits; every workgroup keeps, for each of its
 // queries, the k best (value, index) pairs of its split in a bounded heap in the output buffers. The splits exist
-// so that a few queries against a large database still fill the device. A merge kernel then folds the splits'
+// so that a few queries against a large database still fill the device; on a large block a first pass over a
+// sample of it (1/16 of its rows, spread over the block) finds each query's k-th best value there, and every split
+// starts from that bound instead of an empty heap (knn_detail::bound_sample). A merge kernel then folds the splits'
 // heaps into split 0's, 8 at a time per pass, and only n_queries x k pairs are downloaded; those of successive
 // database blocks are merged on the host into one running list per query, which is finished exactly as
 // host::knn_search finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
@@ -267,6 +269,51 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
   return p;
 }
 
+/// The sample pass that bounds a block's search (shaders/knn_select.comp, "Bounds"): about 1/16 of the block's
+/// rows, in up to 8 splits spread evenly over it (at most 32 tiles each on CPU devices). Its k-th best value per
+/// query starts every split of the real pass with a full heap, so splits no longer pay a warm-up of about k
+/// insertions per query each. None (splits = 0) for k <= 32, where the search has one split, or where the sample
+/// would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no sample pass), for sweeps.
+struct KnnBoundSample {
+  std::uint64_t splits = 0, rows = 0, stride = 0;  // split s covers rows [s * stride, s * stride + rows)
+};
+inline constexpr std::uint64_t kKnnSampleFraction = 16;
+
+inline std::uint64_t knn_sample_fraction() {
+  static const std::uint64_t f = [] {
+    const char* env = std::getenv("GPUML_KNN_SAMPLE");
+    if (!env || !*env) return kKnnSampleFraction;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (*end || (v != 0 && v < 2)) {
+      tuning::warn_once("ignoring GPUML_KNN_SAMPLE=" + std::string(env) + ": expected 0 or a fraction of at least 2");
+      return kKnnSampleFraction;
+    }
+    return static_cast<std::uint64_t>(v);
+  }();
+  return f;
+}
+
+inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
+                                   bool cpu) {
+  const std::uint64_t fraction = knn_sample_fraction();
+  if (fraction == 0) return {};
+  const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
+  // Small k warms up in a few tiles: measured no faster with the sample (H200, lavapipe), so only k > 32 uses it.
+  if (k <= 32 || pl.splits < 2 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
+  std::uint64_t splits = std::min<std::uint64_t>(8, sample / (4 * BN));
+  if (cpu) splits = std::max(splits, ceil_div(sample, 32 * BN));
+  splits = std::max<std::uint64_t>(1, std::min(splits, pl.splits));
+  KnnBoundSample b;
+  b.rows = ceil_div(ceil_div(sample, splits), BN) * BN;
+  if (cpu) b.rows = std::min(b.rows, 32 * BN);
+  // Disjoint splits: a row sampled twice would count twice towards the k-th value and make it too small.
+  if (b.rows * splits > nb || b.rows * splits < k) return {};
+  b.splits = splits;
+  b.stride = splits > 1 ? (nb - b.rows) / (splits - 1) : b.rows;
+  return b;
+}
+
 }  // namespace knn_detail
 
 /// A database on the device: its rows in blocks of one binding each, with their squared norms. Built once (by
@@ -318,6 +365,12 @@ inline double& knn_last_device_ms() {
   return ms;
 }
 
+/// Database rows read by the bounding sample passes of the last knn_search on this thread (0: none ran).
+inline std::uint64_t& knn_last_sample_rows() {
+  thread_local std::uint64_t rows = 0;
+  return rows;
+}
+
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
@@ -343,6 +396,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
 
   host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   knn_last_device_ms() = 0;
+  knn_last_sample_rows() = 0;
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
@@ -353,8 +407,16 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
 
   auto qbuf = device.buffer(mb_max * d * s), qn = device.buffer(mb_max * s);
   auto vbuf = device.buffer(list_entries * s), ibuf = device.buffer(list_entries * sizeof(std::uint32_t));
+  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
+  // The bounding sample pass's heaps (its splits are at most the search's, so they fit where the search's do).
+  const auto first_sample = knn_detail::bound_sample(tile, pl, std::min<std::uint64_t>(n, nb_max), k, cpu);
+  vulkan::Buffer sample_v, sample_i;
+  if (first_sample.splits) {
+    sample_v = device.buffer(first_sample.splits * mb_max * k * s);
+    sample_i = device.buffer(first_sample.splits * mb_max * k * sizeof(std::uint32_t));
+  }
   const auto& kernel =
-      device.kernel({KnnShaders<T>::select(), 6, 6 * sizeof(std::uint32_t), tile.constants(knn_metric_code(metric))});
+      device.kernel({KnnShaders<T>::select(), 7, 8 * sizeof(std::uint32_t), tile.constants(knn_metric_code(metric))});
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
 
   // Running k best per query, merged from every database block; (value, index) ordered.
@@ -383,18 +445,34 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
       }
       cmds.timestamp(0);
-      const std::uint32_t push[6] = {std::uint32_t(mb), std::uint32_t(nb),         std::uint32_t(d),
-                                     std::uint32_t(k),  std::uint32_t(pl.split_rows), std::uint32_t(b0)};
-      cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf}, push,
-                    static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries())), static_cast<std::uint32_t>(splits));
-      // Merge the splits' heaps on the device, pl.merge_group at a time, into split 0's.
-      for (std::uint64_t stride = 1; stride < splits; stride *= pl.merge_group) {
+      const auto query_tiles = static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries()));
+      // Merges n_splits heaps on the device, pl.merge_group at a time, into split 0's.
+      auto merge_heaps = [&](const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t n_splits) {
+        for (std::uint64_t stride = 1; stride < n_splits; stride *= pl.merge_group) {
+          cmds.barrier();
+          const std::uint32_t mpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(n_splits),
+                                          std::uint32_t(stride), pl.merge_group};
+          cmds.dispatch(merge, {v, i}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
+                        static_cast<std::uint32_t>(ceil_div(n_splits, stride * pl.merge_group)));
+        }
+      };
+      const auto sample = knn_detail::bound_sample(tile, pl, nb, k, cpu);
+      const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
+      if (bounded) {
+        const std::uint32_t spush[8] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                        std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u};
+        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, sample_v, sample_i, sample_v}, spush, query_tiles,
+                      static_cast<std::uint32_t>(sample.splits));
+        merge_heaps(sample_v, sample_i, sample.splits);
         cmds.barrier();
-        const std::uint32_t mpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(splits), std::uint32_t(stride),
-                                        pl.merge_group};
-        cmds.dispatch(merge, {vbuf, ibuf}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
-                      static_cast<std::uint32_t>(ceil_div(splits, stride * pl.merge_group)));
+        knn_last_sample_rows() += sample.splits * sample.rows;
       }
+      const std::uint32_t push[8] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                     std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
+                                     bounded ? 1u : 0u};
+      cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf, bounded ? sample_v : vbuf}, push, query_tiles,
+                    static_cast<std::uint32_t>(splits));
+      merge_heaps(vbuf, ibuf, splits);
       cmds.timestamp(1);
       cmds.submit_and_wait();
       knn_last_device_ms() += cmds.elapsed_ms(0, 1);
