@@ -37,7 +37,8 @@ layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
 layout(std430, binding = 2) buffer LabelBuf { uint labels[]; };
 layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
 layout(std430, binding = 4) readonly buffer CNormBuf { scalar cnorm[]; };
-layout(std430, binding = 5) buffer PartialBuf { scalar partials[]; };
+// coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
+layout(std430, binding = 5) coherent buffer PartialBuf { scalar partials[]; };
 layout(std430, binding = 6) buffer StatusBuf { uint status[]; };
 
 layout(push_constant) uniform Push {
