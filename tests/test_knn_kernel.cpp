@@ -230,7 +230,7 @@ TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
   REQUIRE_DEVICE();
   // A database large enough for the bounding sample pass (1/16 of the rows, spread over the block), made of small
   // integers: thousands of rows tie with the sample's k-th value, and every tie must still go to the lower index.
-  const Matrix<T> db = random_matrix<T>(20011, 4, 35, 0.0, 3.0).array().floor().matrix();
+  const Matrix<T> db = random_matrix<T>(80011, 4, 35, 0.0, 3.0).array().floor().matrix();  // 8+ splits
   const Matrix<T> q = random_matrix<T>(37, 4, 36, 0.0, 3.0).array().floor().matrix();
   for (Metric m : {Metric::euclidean, Metric::manhattan, Metric::chebyshev, Metric::inner_product})
     for (int k : {1, 40, 100}) {  // k = 1 without the sample pass, the others with it

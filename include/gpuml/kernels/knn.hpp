@@ -272,8 +272,8 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
 /// The sample pass that bounds a block's search (shaders/knn_select.comp, "Bounds"): about 1/16 of the block's
 /// rows, in up to 8 splits spread evenly over it (at most 32 tiles each on CPU devices). Its k-th best value per
 /// query starts every split of the real pass with a full heap, so splits no longer pay a warm-up of about k
-/// insertions per query each. None (splits = 0) for k <= 32, where the search has one split, or where the sample
-/// would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no sample pass), for sweeps.
+/// insertions per query each. None (splits = 0) for k <= 32, where the search has fewer than 8 splits, or where
+/// the sample would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no sample pass), for sweeps.
 struct KnnBoundSample {
   std::uint64_t splits = 0, rows = 0, stride = 0;  // split s covers rows [s * stride, s * stride + rows)
 };
@@ -299,8 +299,9 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
   const std::uint64_t fraction = knn_sample_fraction();
   if (fraction == 0) return {};
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
-  // Small k warms up in a few tiles: measured no faster with the sample (H200, lavapipe), so only k > 32 uses it.
-  if (k <= 32 || pl.splits < 2 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
+  // Measured no faster with the sample (H200, lavapipe): small k, which warms up in a few tiles, and searches of
+  // a few splits (10k x 128 at k = 100 on lavapipe, 3 splits: 92 ms with the pass, 86 without).
+  if (k <= 32 || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
   std::uint64_t splits = std::min<std::uint64_t>(8, sample / (4 * BN));
   if (cpu) splits = std::max(splits, ceil_div(sample, 32 * BN));
   splits = std::max<std::uint64_t>(1, std::min(splits, pl.splits));
