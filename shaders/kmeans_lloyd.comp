@@ -8,10 +8,13 @@
 // tiles (SPT samples x KT centres per thread); the centres sit in shared memory when they all fit (KS x DS),
 // else they are read from global memory, the same address for every thread.
 // Partial sums are deterministic without float atomics: per round of THREADS samples every sample sets one bit in
-// its cluster's mask; the thread owning a cluster walks those bits in index order, or, when the cluster is
-// crowded (few clusters, or a poor init, put many of a round's samples in one), lists it, and the listed
-// clusters' (cluster, feature) pairs are then walked in index order by a thread each, so a crowded cluster does
-// not serialise the workgroup on one thread.
+// its cluster's mask. In a plain round the thread owning a cluster walks its bits in index order. In a crowded
+// round (some cluster holds more than CROWDED of the round's samples: few clusters, or a poor init) every cluster
+// with two or more samples is split instead: each of its (cluster, feature) pairs is walked in index order by one
+// thread, so one crowded cluster does not serialise the workgroup on its owner. Measured on the H200 (50M samples,
+// d = 14, steady iterations, against never splitting): k = 8 (about 16 samples per cluster and round) 3.8 against
+// 6.4 ms; k = 32 5.5 against 5.0 ms and k = 127 8.06 against 7.92 ms (the extra pass and splits that do not pay);
+// splitting every round instead is slower still there (6.0 and 9.5 ms).
 #include "common.glsl"
 
 layout(constant_id = 0) const uint THREADS = 128;   // a multiple of 32
@@ -51,9 +54,10 @@ layout(push_constant) uniform Push {
 shared scalar4 Cs[KS * DS4];
 shared scalar Cn[KS];
 shared uint masks[K * WORDS];
-const uint CROWDED = 128u / DW > 1u ? 128u / DW : 1u;  // members above which a cluster's walk is split by feature
-shared uint crowded[THREADS / (CROWDED + 1u) + 1u];
+const uint CROWDED = 256u / DW > 1u ? 256u / DW : 1u;  // members of one cluster that make a round crowded
+shared uint crowded[THREADS / 2u + 1u];  // the round's clusters with two or more samples
 shared uint crowded_count;
+shared uint round_crowded;
 shared scalar Acc[K * DW * ACC_SHARED + 1];
 shared uint group_changed;
 
@@ -176,16 +180,33 @@ void main() {
       for (uint r = 0; r < SPT; ++r) {
         acc_barrier();  // the previous round's sums are done
         for (uint e = t; e < K * WORDS; e += THREADS) masks[e] = 0u;
-        if (t == 0) crowded_count = 0u;
+        if (t == 0) {
+          crowded_count = 0u;
+          round_crowded = 0u;
+        }
         barrier();
         if (base + r * THREADS + t < p.rows) atomicOr(masks[best_c[r] * WORDS + (t >> 5)], 1u << (t & 31u));
         barrier();
         for (uint c = t; c < K; c += THREADS) {
           uint members = 0u;
           [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
-          if (members > CROWDED) {
-            crowded[atomicAdd(crowded_count, 1u)] = c;  // the list's order varies; each pair's sum does not
-            continue;
+          if (members > CROWDED) atomicOr(round_crowded, 1u);
+        }
+        barrier();
+        const bool split = round_crowded != 0u;  // uniform
+        if (split) {  // list the clusters to split (plain rounds skip this pass and its barrier)
+          for (uint c = t; c < K; c += THREADS) {
+            uint members = 0u;
+            [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
+            if (members > 1u) crowded[atomicAdd(crowded_count, 1u)] = c;  // the order varies; each sum does not
+          }
+          barrier();
+        }
+        for (uint c = t; c < K; c += THREADS) {
+          if (split) {
+            uint members = 0u;
+            [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
+            if (members > 1u) continue;  // split below
           }
           for (uint w = 0; w < WORDS; ++w) {
             uint m = masks[c * WORDS + w];
@@ -199,8 +220,7 @@ void main() {
             }
           }
         }
-        barrier();
-        const uint listed = crowded_count;
+        const uint listed = split ? crowded_count : 0u;
         for (uint e = t; e < listed * DW; e += THREADS) {
           const uint c = crowded[e / DW], f = e % DW, index = c * DW + f;
           // The running sum stays in a register: the chain of adds is the walk's critical path.

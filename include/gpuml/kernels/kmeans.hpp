@@ -58,9 +58,10 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    // centre tile and norms, the per-cluster masks, the crowded-cluster list (at most half a round), the sums
+    // centre tile and norms, the per-cluster masks, the list of clusters to split (at most half a round), the
+    // sums, three flags and counters
     return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words +
-           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 8;
+           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 12;
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
