@@ -107,10 +107,9 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
   std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(X.cols()));
   parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
     Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
-    for (std::int64_t i = begin; i < end; ++i) {
-      const Eigen::RowVectorXd row = X.row(i).template cast<double>();
-      if (center) s += (row - *center).array().square().matrix();
-      else s += row;
+    for (std::int64_t i = begin; i < end; ++i) {  // expressions, no temporary row per sample
+      if (center) s.array() += (X.row(i).template cast<double>() - *center).array().square();
+      else s += X.row(i).template cast<double>();
     }
   });
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(X.cols());
