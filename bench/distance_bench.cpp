@@ -14,6 +14,8 @@
 #include <gpuml/vulkan/commands.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
+#include "program.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,7 +30,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using gpuml_program::Clock;
 
 struct Options {
   std::int64_t n = 16384, m = 16384;
@@ -256,13 +258,7 @@ int main(int argc, char** argv) {
   app.add_flag("--float64", o.float64, "float64 instead of float32 (needs shaderFloat64)");
   app.add_flag("--json", o.json, "print only the JSON object");
   app.add_option("--seed", o.seed, "seed of the uniform [0, 1) data");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
+  return gpuml_program::run("gpuml-distance-bench", app, argc, argv, [&] {
     std::string choice = o.device;
     if (choice.empty()) {
       const char* env = std::getenv("GPUML_DEVICE");
@@ -273,9 +269,5 @@ int main(int argc, char** argv) {
       throw gpuml::invalid_input("gpuml-distance-bench times a Vulkan kernel; '" + choice +
                                  "' names the host backend (try --device gpu or --device cpu)");
     return o.float64 ? run<double>(o, backend) : run<float>(o, backend);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpuml-distance-bench: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -10,6 +10,8 @@
 // stderr with exit status 2.
 #include <gpuml/gpuml.hpp>
 
+#include "program.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,9 +28,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using gpuml_program::Clock;
+using gpuml_program::seconds_since;
 
 struct Options {
   std::string input;
@@ -162,10 +163,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   }
 
   std::vector<std::string> warnings;
-  gpuml::set_warning_handler([&](const std::string& m) {
-    warnings.push_back(m);
-    std::fprintf(stderr, "gpuml warning: %s\n", m.c_str());
-  });
+  gpuml_program::collect_warnings(warnings);
 
   if (!o.json) {
     if (synthetic)
@@ -305,14 +303,7 @@ int main(int argc, char** argv) {
   app.add_option("--write-synthetic", o.write_synthetic,
                  "write the embedded workload to PATH (.npy/.csv) and its init (the first k rows) to PATH_init, "
                  "then exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-
-  try {
+  return gpuml_program::run("gpuml-kmeans", app, argc, argv, [&] {
     const bool synthetic = o.input.empty();
     if (synthetic) {  // the benchmark workload, unless a flag says otherwise
       if (!app.count("--n-clusters")) o.n_clusters = 127;
@@ -323,21 +314,10 @@ int main(int argc, char** argv) {
       throw gpuml::invalid_input("--write-synthetic writes the embedded workload; it does not take --input");
     }
 
-    bool use_float = true;
-    if (o.float32) use_float = true;
-    else if (o.float64) use_float = false;
-    else if (!synthetic) {
-      use_float = false;
-      if (gpuml::file_format(o.input) == gpuml::FileFormat::npy)
-        use_float = gpuml::read_npy_header(o.input).dtype == gpuml::NpyDtype::f4;
-    }
+    const bool use_float = gpuml_program::use_float32(o.float32, o.float64, o.input);
 
     // The backend: --device names one (an absent device is an error); otherwise GPUML_DEVICE / automatic.
-    std::string choice = o.device;
-    if (choice.empty()) {
-      const char* env = std::getenv("GPUML_DEVICE");
-      choice = env && *env ? std::string(env) + " (GPUML_DEVICE)" : "auto";
-    }
+    const std::string choice = gpuml_program::device_choice(o.device);
     const auto t0 = Clock::now();
     gpuml::Backend backend =
         (o.write_synthetic.empty()) ? (o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device))
@@ -345,9 +325,5 @@ int main(int argc, char** argv) {
     const double backend_seconds = seconds_since(t0);
 
     return use_float ? run<float>(o, backend, backend_seconds, choice) : run<double>(o, backend, backend_seconds, choice);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpuml-kmeans: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -9,6 +9,8 @@
 // by default; --json prints one JSON object. Errors go to stderr with exit status 2.
 #include <gpuml/gpuml.hpp>
 
+#include "program.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -23,9 +25,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using gpuml_program::Clock;
+using gpuml_program::seconds_since;
 
 struct Options {
   std::string database, queries, metric = "euclidean", device, indices_out, distances_out;
@@ -72,10 +73,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
   const std::int64_t n_db = db.rows(), d = db.cols(), n_q = self ? n_db : queries->rows();
 
   std::vector<std::string> warnings;
-  gpuml::set_warning_handler([&](const std::string& m) {
-    warnings.push_back(m);
-    std::fprintf(stderr, "gpuml warning: %s\n", m.c_str());
-  });
+  gpuml_program::collect_warnings(warnings);
 
   if (!o.json) {
     if (synthetic)
@@ -196,37 +194,15 @@ int main(int argc, char** argv) {
   app.add_option("--n-queries", o.n_queries, "embedded queries (default 1,000)")->check(CLI::PositiveNumber);
   app.add_option("--n-features", o.n_features, "features of the embedded data (default 128)")->check(CLI::PositiveNumber);
   app.add_option("--data-seed", o.data_seed, "seed of the embedded data's generator");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-
-  try {
+  return gpuml_program::run("gpuml-knn", app, argc, argv, [&] {
     const bool synthetic = o.database.empty();
     if (synthetic && !o.queries.empty()) throw gpuml::invalid_input("--queries needs --database");
     if (synthetic && !app.count("--k")) o.k = 10;
     (void)gpuml::parse_metric(o.metric);  // an unknown metric fails before any data is read
 
-    bool use_float = true;
-    if (o.float32) use_float = true;
-    else if (o.float64) use_float = false;
-    else if (!synthetic) {
-      use_float = false;
-      if (gpuml::file_format(o.database) == gpuml::FileFormat::npy)
-        use_float = gpuml::read_npy_header(o.database).dtype == gpuml::NpyDtype::f4;
-    }
-    std::string choice = o.device;
-    if (choice.empty()) {
-      const char* env = std::getenv("GPUML_DEVICE");
-      choice = env && *env ? std::string(env) + " (GPUML_DEVICE)" : "auto";
-    }
+    const bool use_float = gpuml_program::use_float32(o.float32, o.float64, o.database);
+    const std::string choice = gpuml_program::device_choice(o.device);
     const gpuml::Backend backend = o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device);
     return use_float ? run<float>(o, backend, choice) : run<double>(o, backend, choice);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpuml-knn: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

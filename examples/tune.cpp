@@ -25,6 +25,8 @@
 #include <gpuml/gpuml.hpp>
 #include <gpuml/tuning/tuner.hpp>
 
+#include "program.hpp"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -136,14 +138,7 @@ int main(int argc, char** argv) {
   app.add_flag("--dry-run", o.dry_run, "list the candidates and the device's verdict on each; time nothing, store nothing");
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--verbose", o.verbose, "progress on stderr, one line per candidate");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-
-  try {
+  return gpuml_program::run("gpuml-tune", app, argc, argv, [&] {
     const gpuml::Backend backend = o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device);
     if (!backend.is_vulkan())
       throw gpuml::unsupported("no Vulkan device to tune (the host backend has no tiles; --device cpu tunes lavapipe)");
@@ -161,9 +156,5 @@ int main(int argc, char** argv) {
     if (o.json) std::printf("%s\n", to_json(report, backend.device()->info()).dump().c_str());
     else print_text(report);
     return 0;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpuml-tune: error: %s\n", e.what());
-    return 2;
-  }
+  });
 }
