@@ -4,6 +4,8 @@
 #include <gpuml/gpuml.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,6 +68,31 @@ Matrix<T> random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t salt
   for (Eigen::Index i = 0; i < rows; ++i)
     for (Eigen::Index j = 0; j < cols; ++j) m(i, j) = static_cast<T>(dist(rng));
   return m;
+}
+
+/// The metric's value between A's row i and B's row j as the estimators report it (a distance, or the inner
+/// product), in double with plain loops: the independent reference the k-NN tests check against.
+template <class T>
+double reference_value(MatrixView<T> A, Eigen::Index i, MatrixView<T> B, Eigen::Index j, Metric m) {
+  double acc = 0, na = 0, nb = 0;
+  for (Eigen::Index f = 0; f < A.cols(); ++f) {
+    const double a = A(i, f), b = B(j, f);
+    switch (m) {
+      case Metric::euclidean:
+      case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
+      case Metric::manhattan: acc += std::abs(a - b); break;
+      case Metric::chebyshev: acc = std::max(acc, std::abs(a - b)); break;
+      case Metric::cosine:
+      case Metric::inner_product:
+        acc += a * b;
+        na += a * a;
+        nb += b * b;
+        break;
+    }
+  }
+  if (m == Metric::euclidean) return std::sqrt(acc);
+  if (m == Metric::cosine) return (na == 0 || nb == 0) ? 1.0 : std::clamp(1.0 - acc / std::sqrt(na * nb), 0.0, 2.0);
+  return acc;
 }
 
 }  // namespace gpuml::testing

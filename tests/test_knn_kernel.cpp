@@ -20,6 +20,7 @@ using gpuml::Matrix;
 using gpuml::MatrixView;
 using gpuml::Metric;
 using gpuml::testing::random_matrix;
+using gpuml::testing::reference_value;
 template <class T>
 using Result = gpuml::host::KnnResult<T>;
 
@@ -39,30 +40,6 @@ gpuml::vulkan::Device* test_device() {
   if (!device) GTEST_SKIP() << "no Vulkan device (GPUML_TEST_DEVICE)"; \
   static_cast<void>(0)
 
-/// Value as reported (distance, or inner product) in double with plain loops; key = the ascending sort key.
-template <class T>
-double ref_value(MatrixView<T> A, Eigen::Index i, MatrixView<T> B, Eigen::Index j, Metric m) {
-  double acc = 0, na = 0, nb = 0;
-  for (Eigen::Index f = 0; f < A.cols(); ++f) {
-    const double a = A(i, f), b = B(j, f);
-    switch (m) {
-      case Metric::euclidean:
-      case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
-      case Metric::manhattan: acc += std::abs(a - b); break;
-      case Metric::chebyshev: acc = std::max(acc, std::abs(a - b)); break;
-      case Metric::cosine:
-      case Metric::inner_product:
-        acc += a * b;
-        na += a * a;
-        nb += b * b;
-        break;
-    }
-  }
-  if (m == Metric::euclidean) return std::sqrt(acc);
-  if (m == Metric::cosine) return (na == 0 || nb == 0) ? 1.0 : std::clamp(1.0 - acc / std::sqrt(na * nb), 0.0, 2.0);
-  return acc;
-}
-
 template <class T>
 double tolerance(double scale) {
   return (std::is_same_v<T, float> ? 2e-4 : 1e-9) * (1.0 + std::abs(scale));
@@ -78,7 +55,7 @@ void expect_matches_reference(const Result<T>& got, MatrixView<T> db, MatrixView
   const double sign = m == Metric::inner_product ? -1.0 : 1.0;
   std::vector<std::pair<double, Eigen::Index>> all(static_cast<std::size_t>(db.rows()));
   for (Eigen::Index i = 0; i < q.rows(); ++i) {
-    for (Eigen::Index j = 0; j < db.rows(); ++j) all[j] = {sign * ref_value<T>(q, i, db, j, m), j};
+    for (Eigen::Index j = 0; j < db.rows(); ++j) all[j] = {sign * reference_value<T>(q, i, db, j, m), j};
     std::sort(all.begin(), all.end());
     const double kth = all[k - 1].first, tol = tolerance<T>(kth);
     const bool separated = k == db.rows() || all[k].first - kth > tol;
@@ -87,7 +64,7 @@ void expect_matches_reference(const Result<T>& got, MatrixView<T> db, MatrixView
       const std::int64_t j = got.indices(i, c);
       ASSERT_TRUE(j >= 0 && j < db.rows()) << "query " << i << " column " << c;
       ASSERT_TRUE(seen.insert(j).second) << "query " << i << " repeats index " << j;
-      const double exact = ref_value<T>(q, i, db, j, m);
+      const double exact = reference_value<T>(q, i, db, j, m);
       EXPECT_NEAR(static_cast<double>(got.distances(i, c)), exact, tolerance<T>(exact))
           << metric_name(m) << " query " << i << " column " << c << " index " << j;
       EXPECT_LE(sign * exact, kth + tol) << metric_name(m) << " query " << i << " index " << j << " is not among the k best";

@@ -23,6 +23,7 @@ using gpuml::NeighborsParams;
 using gpuml::Vector;
 using gpuml::testing::backends;
 using gpuml::testing::random_matrix;
+using gpuml::testing::reference_value;
 
 const std::vector<std::string> kMetrics = {"euclidean", "sqeuclidean", "manhattan", "cosine", "chebyshev",
                                            "inner_product"};
@@ -38,37 +39,10 @@ struct RefEntry {
 };
 
 template <class T>
-double ref_value(const Matrix<T>& A, Eigen::Index i, const Matrix<T>& B, Eigen::Index j, Metric m) {
-  const Eigen::Index d = A.cols();
-  double acc = 0, na = 0, nb = 0;
-  for (Eigen::Index f = 0; f < d; ++f) {
-    const double a = A(i, f), b = B(j, f);
-    switch (m) {
-      case Metric::euclidean:
-      case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
-      case Metric::manhattan: acc += std::abs(a - b); break;
-      case Metric::chebyshev: acc = std::max(acc, std::abs(a - b)); break;
-      case Metric::cosine:
-      case Metric::inner_product:
-        acc += a * b;
-        na += a * a;
-        nb += b * b;
-        break;
-    }
-  }
-  if (m == Metric::euclidean) return std::sqrt(acc);
-  if (m == Metric::cosine) {
-    if (na == 0 || nb == 0) return 1.0;
-    return std::clamp(1.0 - acc / (std::sqrt(na) * std::sqrt(nb)), 0.0, 2.0);
-  }
-  return acc;
-}
-
-template <class T>
 std::vector<RefEntry> ref_sorted(const Matrix<T>& db, const Matrix<T>& q, Eigen::Index i, Metric m) {
   std::vector<RefEntry> out;
   for (Eigen::Index j = 0; j < db.rows(); ++j) {
-    const double v = ref_value(q, i, db, j, m);
+    const double v = reference_value<T>(q, i, db, j, m);
     out.push_back({v, m == Metric::inner_product ? -v : v, j});
   }
   std::stable_sort(out.begin(), out.end(), [](const RefEntry& a, const RefEntry& b) { return a.key < b.key; });
