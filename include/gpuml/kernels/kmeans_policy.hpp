@@ -101,6 +101,14 @@ template <class T>
 LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d);
 }  // namespace kernels
 
+/// Centre tiles x feature tiles that one sample tile loops over: what llvmpipe's loop limit counts.
+template <class T>
+std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
+                                std::uint32_t d) {
+  const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);  // throws unsupported past the device's limits
+  return (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+}
+
 /// Why `tile` cannot run k-means with k centres of d features on `device`; empty when it can. Nothing is
 /// dispatched with a tile that fails this.
 template <class T>
@@ -108,8 +116,7 @@ std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTil
                                std::uint32_t d) {
   if (auto why = kmeans_tile_shape_misfit(device, tile); !why.empty()) return why;
   try {
-    const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);  // shared memory and workgroup limits
-    const std::uint64_t loops = (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+    const std::uint64_t loops = kmeans_tile_loops<T>(device, tile, k, d);  // and plan_lloyd's limits
     if (device.type == vulkan::DeviceType::cpu && loops > kCpuMaxTileLoops)
       return std::to_string(loops) + " centre x feature tiles per sample tile exceed CPU devices' " +
              std::to_string(kCpuMaxTileLoops) + " (llvmpipe's loop limit)";
@@ -155,9 +162,7 @@ KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::ui
                                     KMeansTile<128, 1, 2, 64, 128>::tile}) {
     if (!kmeans_tile_shape_misfit(device, t).empty()) continue;
     try {
-      const auto plan = kernels::plan_lloyd<T>(device, t, k, d);
-      const std::uint64_t loops =
-          (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+      const std::uint64_t loops = kmeans_tile_loops<T>(device, t, k, d);
       if (loops < best_loops) best = t, best_loops = loops;
     } catch (const unsupported&) {
     }

@@ -273,7 +273,8 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
 /// rows, in up to 8 splits spread evenly over it (at most 32 tiles each on CPU devices). Its k-th best value per
 /// query starts every split of the real pass with a full heap, so splits no longer pay a warm-up of about k
 /// insertions per query each. None (splits = 0) for k <= 32, where the search has fewer than 8 splits, or where
-/// the sample would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no sample pass), for sweeps.
+/// the sample would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no
+/// sample pass), for sweeps.
 struct KnnBoundSample {
   std::uint64_t splits = 0, rows = 0, stride = 0;  // split s covers rows [s * stride, s * stride + rows)
 };
