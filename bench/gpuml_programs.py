@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +39,24 @@ def run_json(cmd: list[str], timeout: float | None = None) -> tuple[dict | None,
 
 def fmt(x, spec):
     return "–" if x is None else format(x, spec)
+
+
+def add_run_arguments(ap, program: str, runs: str) -> None:
+    """The options every driver of a gpuml program takes: repeats, warm-up, baseline, binary, timeout, JSON out."""
+    ap.add_argument("--repeat", type=int, default=1, help=f"gpuml {runs} per backend; the best is reported")
+    ap.add_argument("--no-warmup", action="store_true", help=f"do not pass --warmup to {program}")
+    ap.add_argument("--baseline", help="the gpuml backend the ratios refer to (default: the first that ran)")
+    ap.add_argument("--bin", help=f"path to {program} (default: build*/examples/{program})")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per gpuml run")
+    ap.add_argument("--json-out", help="also write every result as JSON here")
+
+
+def data_directory(given: str | None, prefix: str):
+    """(the directory for the drivers' .npy files, the TemporaryDirectory to keep alive or None): `given`, created
+    if needed, else a fresh temporary directory."""
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        return path, None
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    return Path(tmp.name), tmp

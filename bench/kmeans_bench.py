@@ -22,14 +22,13 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from gpuml_programs import find_binary, run_json, fmt  # noqa: E402
+from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, run_json  # noqa: E402
 import peers  # noqa: E402  (numpy only at import; torch is imported inside peers.torch_*)
 
 
@@ -53,22 +52,11 @@ def main() -> int:
                     help="peers, comma-separated: sklearn, sklearnex, torch, or none (default all; torch is skipped "
                          "without torch or CUDA)")
     ap.add_argument("--torch-device", default="cuda")
-    ap.add_argument("--repeat", type=int, default=1, help="gpuml fits per backend; the best is reported")
-    ap.add_argument("--no-warmup", action="store_true", help="do not pass --warmup to gpuml-kmeans")
-    ap.add_argument("--baseline", help="the gpuml backend the ratios refer to (default: the first that ran)")
-    ap.add_argument("--bin", help="path to gpuml-kmeans (default: build*/examples/gpuml-kmeans)")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per gpuml run")
-    ap.add_argument("--json-out", help="also write every result as JSON here")
+    add_run_arguments(ap, "gpuml-kmeans", "fits")
     args = ap.parse_args()
 
     binary = find_binary("gpuml-kmeans", "examples", args.bin)
-    tmp = None
-    if args.data_dir:
-        data_dir = Path(args.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="gpuml-kmeans-bench-")
-        data_dir = Path(tmp.name)
+    data_dir, tmp = data_directory(args.data_dir, "gpuml-kmeans-bench-")
     x_path, init_path = data_dir / "X.npy", data_dir / "init.npy"
     if args.data_from == "peers":
         peers.write_workload(data_dir, args.n, args.d, args.k, args.seed)

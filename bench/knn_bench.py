@@ -23,7 +23,6 @@ import argparse
 import importlib.util
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
-from gpuml_programs import find_binary, run_json, fmt  # noqa: E402
+from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, run_json  # noqa: E402
 import peers  # noqa: E402  (torch is imported inside peers.torch_* only)
 
 DEFAULT_SHAPES = "1000000x128:10000:10,1000000x128:10000:100,10000000x16:1000:100"
@@ -75,23 +74,12 @@ def main() -> int:
     ap.add_argument("--torch-device", default="cuda")
     ap.add_argument("--torch-db-chunk", type=int, default=None,
                     help="peers.torch_knn db_chunk (database rows per chunk; default: whole database)")
-    ap.add_argument("--repeat", type=int, default=1, help="gpuml searches per backend; the best is reported")
-    ap.add_argument("--no-warmup", action="store_true", help="do not pass --warmup to gpuml-knn")
-    ap.add_argument("--baseline", help="the gpuml backend the ratios refer to (default: the first that ran)")
-    ap.add_argument("--bin", help="path to gpuml-knn (default: build*/examples/gpuml-knn)")
+    add_run_arguments(ap, "gpuml-knn", "searches")
     ap.add_argument("--data-dir", help="where the .npy files go (default: a temporary directory)")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per gpuml run")
-    ap.add_argument("--json-out", help="also write every result as JSON here")
     args = ap.parse_args()
 
     binary = find_binary("gpuml-knn", "examples", args.bin)
-    tmp = None
-    if args.data_dir:
-        data_dir = Path(args.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="gpuml-knn-bench-")
-        data_dir = Path(tmp.name)
+    data_dir, tmp = data_directory(args.data_dir, "gpuml-knn-bench-")
     backends = [s.strip() for s in args.backends.split(",") if s.strip() and s.strip() != "none"]
     wanted = [s.strip() for s in args.peers.split(",") if s.strip() and s.strip() != "none"]
     all_results = []
