@@ -7,9 +7,11 @@
 
 #include <gpuml/tuning/tuner.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -552,6 +554,19 @@ TEST(Tuner, ACandidateMustBeatTheDefaultByTheMargin) {
   r = run({{1, 100.0}, {2, 97.0}, {3, 150.0}}, -1);
   EXPECT_DOUBLE_EQ(r.min_gain, cpu ? 0.05 : 0.0);
   EXPECT_EQ(r.winner, cpu ? 0 : 1);
+  // Margins no candidate could meet, and budgets that are not a time: refused before anything is timed.
+  for (double bad : {1.0, 2.5, std::nan("")}) {
+    tuning::TuneOptions options;
+    options.store = false;
+    options.min_gain = bad;
+    EXPECT_THROW(tuning::tune(*device, options, {fixed_kernel({{1, 100.0}}, 0)}), gpuml::invalid_input) << bad;
+  }
+  for (double bad : {0.0, -3.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    tuning::TuneOptions options;
+    options.store = false;
+    options.budget_seconds = bad;
+    EXPECT_THROW(tuning::tune(*device, options, {fixed_kernel({{1, 100.0}}, 0)}), gpuml::invalid_input) << bad;
+  }
 }
 
 TEST(Tuner, KnnProblemsOnCpuDevicesAreCutLikeRealSearches) {

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -227,6 +228,10 @@ inline void tune_shape(vulkan::Device& device, const TunableKernel& kernel, Shap
 inline TuneReport tune(vulkan::Device& device, const TuneOptions& options = {},
                        const std::vector<TunableKernel>& kernels = tunable_kernels()) {
   using namespace tuner_detail;
+  if (!(options.budget_seconds > 0) || !std::isfinite(options.budget_seconds))
+    throw invalid_input("tune: budget_seconds must be a positive number of seconds");
+  if (std::isnan(options.min_gain) || options.min_gain >= 1)
+    throw invalid_input("tune: min_gain must be below 1 (0.05 for 5%), or negative for the device's default");
   const auto t0 = Clock::now();
   const auto& info = device.info();
   TuneReport report;
