@@ -20,6 +20,12 @@
 // ever queued and the warm-up of about k insertions per query and split disappears. The sample's own pairs are
 // formed by this same pipeline, so at least k real pairs pass and no sentinel reaches the result.
 //
+// Append (APPEND = 1, always with bounds): no heaps. Every pair at most its query's bound is appended to the query's
+// candidate list (binding 4/5: p.cap slots per query, binding 7: the number appended, which may exceed p.cap: the
+// host then searches the batch again with heaps). knn_gather.comp picks the k best of each list. About fraction x k
+// pairs pass per query (the bound is about the fraction x k-th best of the block), so a tile costs its product, a
+// compare per value and, rarely, an atomic; no barrier and no round.
+//
 // Order: (value, index) lexicographic, so equal values go to the lower database index; the kept set (though not
 // the heap's layout) is independent of the tiling, the splits and the order of the queue, because a pair that
 // fails the threshold can never enter the k best. Every value is formed by the same instruction sequence (one
@@ -35,6 +41,7 @@ layout(constant_id = 2) const uint TM = 8;
 layout(constant_id = 3) const uint TN = 8;
 layout(constant_id = 4) const uint BK = 16;
 layout(constant_id = 5) const uint METRIC = 0;
+layout(constant_id = 6) const uint APPEND = 0;
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
 
 const uint SQEUCLIDEAN = 0, MANHATTAN = 1, CHEBYSHEV = 2, COSINE = 3, INNER_PRODUCT = 4;
@@ -47,10 +54,12 @@ layout(std430, binding = 3) readonly buffer XNormBuf { scalar xn[]; };
 layout(std430, binding = 4) buffer ValBuf { scalar hv[]; };
 layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
 layout(std430, binding = 6) readonly buffer BoundBuf { scalar bound_v[]; };  // the sample pass's merged heaps
+layout(std430, binding = 7) buffer ListedBuf { uint listed[]; };  // APPEND: pairs appended per query
 // m queries, n database rows in this block, d features, k kept, split s covers split_rows rows from
-// s * split_stride, base: global index of the block's first row, bounded: 1 to start from the sample's bounds.
+// s * split_stride, base: global index of the block's first row, bounded: 1 to start from the sample's bounds,
+// cap: APPEND's list slots per query.
 layout(push_constant) uniform Push {
-  uint m; uint n; uint d; uint k; uint split_rows; uint base; uint split_stride; uint bounded;
+  uint m; uint n; uint d; uint k; uint split_rows; uint base; uint split_stride; uint bounded; uint cap;
 } p;
 
 scalar combine(scalar acc, scalar a, scalar b) {
@@ -74,7 +83,7 @@ scalar load_b(uint row, uint f) {
 }
 
 shared scalar qaux[BM];
-shared scalar xaux[BN];
+shared scalar xaux[2 * BN];  // per tile parity: APPEND has no barrier between a tile's reads and the next's writes
 shared scalar thr[BM];
 shared uint thr_idx[BM];
 shared uint queued[BM];
@@ -104,7 +113,7 @@ void main() {
       start = bound_v[q * p.k];  // split 0's root: the sample's k-th best
       start += abs(start) * scalar(1.0 / 1048576.0);
     }
-    if (q < p.m) {
+    if (q < p.m && APPEND == 0) {
       const uint h = (split * p.m + q) * p.k;
       for (uint e = 0; e < p.k; ++e) {
         hv[h + e] = start;
@@ -122,12 +131,38 @@ void main() {
   uint parity = 0;
   for (uint col0 = c_begin; col0 < c_end; col0 += BN, parity ^= 1u) {
     tile_col0 = col0;
+    const uint xa = parity * BN;
     for (uint c = tid; c < BN; c += NT) {
       const uint gc = col0 + c;
-      xaux[c] = (uses_norms && gc < c_end) ? row_aux(xn[gc]) : scalar(0);
+      xaux[xa + c] = (uses_norms && gc < c_end) ? row_aux(xn[gc]) : scalar(0);
     }
     scalar acc[ACC];
     tile_product(acc, p.d);  // its barriers also publish xaux
+
+    if (APPEND != 0) {
+      for (uint i = 0; i < TM; ++i) {
+        const uint r = tile_row_a(i), q = row0 + r;
+        if (q >= p.m) continue;
+        const scalar qa = qaux[r], t = thr[r];
+        for (uint j = 0; j < TN; ++j) {
+          const uint c = tile_row_b(j);
+          const scalar s = acc[i * TN + j];
+          scalar v;
+          if (METRIC == SQEUCLIDEAN) v = (qa + xaux[xa + c]) - scalar(2) * s;
+          else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qa * xaux[xa + c]), scalar(0), scalar(2));
+          else if (METRIC == INNER_PRODUCT) v = -s;
+          else v = s;
+          if (v <= t && col0 + c < c_end) {  // before(v, index, bound, NONE)
+            const uint slot = atomicAdd(listed[q], 1u);
+            if (slot < p.cap) {
+              hv[q * p.cap + slot] = v;
+              hi[q * p.cap + slot] = p.base + col0 + c;
+            }
+          }
+        }
+      }
+      continue;
+    }
 
     uint columns = 0;  // bit j: one of this thread's values in column j passes
     for (uint i = 0; i < TM; ++i) {
@@ -136,8 +171,8 @@ void main() {
         const uint c = tile_row_b(j);
         const scalar s = acc[i * TN + j];
         scalar v;
-        if (METRIC == SQEUCLIDEAN) v = (qaux[r] + xaux[c]) - scalar(2) * s;
-        else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qaux[r] * xaux[c]), scalar(0), scalar(2));
+        if (METRIC == SQEUCLIDEAN) v = (qaux[r] + xaux[xa + c]) - scalar(2) * s;
+        else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qaux[r] * xaux[xa + c]), scalar(0), scalar(2));
         else if (METRIC == INNER_PRODUCT) v = -s;
         else v = s;
         acc[i * TN + j] = v;

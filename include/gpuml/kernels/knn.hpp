@@ -34,6 +34,8 @@
 #include <gpuml/shaders/knn_select_f64.hpp>
 #include <gpuml/shaders/knn_merge_f32.hpp>
 #include <gpuml/shaders/knn_merge_f64.hpp>
+#include <gpuml/shaders/knn_gather_f32.hpp>
+#include <gpuml/shaders/knn_gather_f64.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
@@ -59,11 +61,11 @@ struct KnnTileParams {
 
   constexpr std::uint32_t block_queries() const { return wy * tm; }
   constexpr std::uint32_t block_rows() const { return wx * tn; }
-  /// Staging tiles, query and row norms, thresholds, queue counts and queues, two flags.
+  /// Staging tiles, query and (two tiles of) row norms, thresholds, queue counts and queues, two flags.
   template <class T>
   constexpr std::uint64_t shared_bytes() const {
     const std::uint64_t bq = block_queries(), bn = block_rows();
-    return sizeof(T) * (std::uint64_t(bk) * (bq + 4 + bn + 4) + 2 * bq + bn) + sizeof(std::uint32_t) * (2 * bq + 2) +
+    return sizeof(T) * (std::uint64_t(bk) * (bq + 4 + bn + 4) + 2 * bq + 2 * bn) + sizeof(std::uint32_t) * (2 * bq + 2) +
            (sizeof(T) + sizeof(std::uint32_t)) * bq * wx;
   }
   /// Why the device cannot run this tile (empty: it can).
@@ -73,8 +75,10 @@ struct KnnTileParams {
       return "tm and tn must be multiples of 4 (tn at most 32), the rest positive";
     return workgroup_misfit(d, wx, wy, shared_bytes<T>());
   }
-  /// Specialisation constants; the metric is the last one (see knn_metric_code).
-  std::vector<std::uint32_t> constants(std::uint32_t metric_code) const { return {wx, wy, tm, tn, bk, metric_code}; }
+  /// Specialisation constants: the tile, the metric (see knn_metric_code) and the mode (1: candidate lists).
+  std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false) const {
+    return {wx, wy, tm, tn, bk, metric_code, append ? 1u : 0u};
+  }
 };
 
 /// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups.
@@ -204,15 +208,18 @@ template <>
 struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
+  static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
 };
 template <>
 struct KnnShaders<double> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f64, std::size(shaders::knn_select_f64), "knn_select_f64"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f64, std::size(shaders::knn_merge_f64), "knn_merge_f64"}; }
+  static vulkan::ShaderCode gather() { return {shaders::knn_gather_f64, std::size(shaders::knn_gather_f64), "knn_gather_f64"}; }
 };
 
-/// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass.
-inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8;
+/// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
+/// threads per workgroup (one workgroup per query).
+inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGatherThreads = 256;
 
 namespace knn_detail {
 
@@ -234,7 +241,7 @@ struct KnnPlan {
 
 template <class T, class Policy>
 KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint64_t block, std::uint64_t m, std::uint64_t d,
-             std::uint64_t k) {
+             std::uint64_t k, std::uint64_t max_batch = UINT64_MAX) {
   const auto& info = device.info();
   const std::uint64_t s = sizeof(T), BQ = tile.block_queries(), BN = tile.block_rows();
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
@@ -244,6 +251,7 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
   mb = std::min<std::uint64_t>(mb, std::uint64_t(info.max_workgroup_count[0]) * BQ);
   mb = std::min<std::uint64_t>(mb, std::max<std::uint64_t>(1, max_bytes / (k * s)));
   mb = std::min<std::uint64_t>(mb, 1u << 16);  // bounds the candidate buffers (and the host merge per round)
+  mb = std::min(mb, max_batch);
   p.batch_queries = std::max<std::uint64_t>(1, mb);
   // Splits: enough workgroups to fill the device. Every split pays a warm-up of about k heap insertions per
   // query before its threshold bites, so splits stay long against k (at least 64 k rows) and 16 tiles; candidate
@@ -295,6 +303,31 @@ inline std::uint64_t knn_sample_fraction() {
   return f;
 }
 
+inline std::uint64_t knn_sample_min_k() {
+  static const std::uint64_t v = [] {
+    const char* env = std::getenv("GPUML_KNN_SAMPLE_MIN_K");
+    return env && *env ? std::strtoull(env, nullptr, 10) : 32ull;
+  }();
+  return v;
+}
+
+/// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
+/// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
+/// a power of two, where knn_gather.comp can sort that many in shared memory. GPUML_KNN_APPEND=0: heaps always.
+template <class T>
+std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("GPUML_KNN_APPEND");
+    return !(env && std::string(env) == "0");
+  }();
+  if (!enabled) return 0;
+  std::uint64_t fits = 1;
+  while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
+  std::uint64_t want = 1;
+  while (want < 2 * knn_sample_fraction() * k) want *= 2;
+  return want <= std::min<std::uint64_t>(fits, 4096) ? want : 0;
+}
+
 inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
                                    bool cpu) {
   const std::uint64_t fraction = knn_sample_fraction();
@@ -302,7 +335,7 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   // Measured no faster with the sample (H200, lavapipe): small k, which warms up in a few tiles, and searches of
   // a few splits (10k x 128 at k = 100 on lavapipe, 3 splits: 92 ms with the pass, 86 without).
-  if (k <= 32 || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
+  if (k <= knn_sample_min_k() || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
   std::uint64_t splits = std::min<std::uint64_t>(8, sample / (4 * BN));
   if (cpu) splits = std::max(splits, ceil_div(sample, 32 * BN));
   splits = std::max<std::uint64_t>(1, std::min(splits, pl.splits));
@@ -373,6 +406,17 @@ inline std::uint64_t& knn_last_sample_rows() {
   return rows;
 }
 
+/// (block, query batch) pairs of the last knn_search on this thread finished from candidate lists, and those whose
+/// lists overflowed and were searched again with heaps.
+inline std::uint64_t& knn_last_list_batches() {
+  thread_local std::uint64_t batches = 0;
+  return batches;
+}
+inline std::uint64_t& knn_last_list_overflows() {
+  thread_local std::uint64_t batches = 0;
+  return batches;
+}
+
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
@@ -399,34 +443,69 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   knn_last_device_ms() = 0;
   knn_last_sample_rows() = 0;
+  knn_last_list_batches() = knn_last_list_overflows() = 0;
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
-  const auto pl = knn_detail::plan<T, Policy>(device, tile, std::min<std::uint64_t>(n, nb_max), m, d, k);
+  const std::uint64_t nb_first = std::min<std::uint64_t>(n, nb_max);
+  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
+  auto pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k);
+  // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
+  // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
+  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu);
+  std::uint64_t slots = first_sample.splits ? knn_detail::append_slots<T>(device.info(), k) : 0;
+  if (slots) {
+    const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+    const std::uint64_t budget = std::min(max_bytes / slots / s, (std::uint64_t(256) << 20) / (slots * (s + 4)));
+    if (budget == 0) slots = 0;
+    else if (budget < pl.batch_queries) {
+      pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k, budget);
+      first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu);
+      if (!first_sample.splits) slots = 0;
+    }
+  }
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
-  const std::uint64_t list_entries = pl.splits * mb_max * k;
 
   auto qbuf = device.buffer(mb_max * d * s), qn = device.buffer(mb_max * s);
-  auto vbuf = device.buffer(list_entries * s), ibuf = device.buffer(list_entries * sizeof(std::uint32_t));
-  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
-  // The bounding sample pass's heaps (its splits are at most the search's, so they fit where the search's do).
-  const auto first_sample = knn_detail::bound_sample(tile, pl, std::min<std::uint64_t>(n, nb_max), k, cpu);
+  // Heaps: one per query and split, or (with lists) only the k best per query, and the heaps made on demand.
+  vulkan::Buffer vbuf, ibuf, list_v, list_i, listed;
+  auto make_heaps = [&] {
+    vbuf = device.buffer(pl.splits * mb_max * k * s);
+    ibuf = device.buffer(pl.splits * mb_max * k * sizeof(std::uint32_t));
+  };
+  vulkan::Buffer out_v, out_i;  // lists: the gathered k best per query
+  if (slots) {
+    list_v = device.buffer(mb_max * slots * s);
+    list_i = device.buffer(mb_max * slots * sizeof(std::uint32_t));
+    listed = device.buffer(mb_max * sizeof(std::uint32_t));
+    out_v = device.buffer(mb_max * k * s);
+    out_i = device.buffer(mb_max * k * sizeof(std::uint32_t));
+  } else {
+    make_heaps();
+  }
   vulkan::Buffer sample_v, sample_i;
   if (first_sample.splits) {
     sample_v = device.buffer(first_sample.splits * mb_max * k * s);
     sample_i = device.buffer(first_sample.splits * mb_max * k * sizeof(std::uint32_t));
   }
-  const auto& kernel =
-      device.kernel({KnnShaders<T>::select(), 7, 8 * sizeof(std::uint32_t), tile.constants(knn_metric_code(metric))});
+  const auto metric_code = knn_metric_code(metric);
+  const auto& kernel = device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code)});
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
+  const vulkan::Kernel* appender = nullptr;
+  const vulkan::Kernel* gather = nullptr;
+  if (slots) {
+    appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
+    gather = &device.kernel({KnnShaders<T>::gather(), 5, 3 * sizeof(std::uint32_t),
+                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots)}});
+  }
 
   // Running k best per query, merged from every database block; (value, index) ordered.
   using Cand = std::pair<T, Index>;
   std::vector<Cand> best(static_cast<std::size_t>(m) * k);
   std::vector<int> best_count(static_cast<std::size_t>(m), 0);
   std::vector<T> vals(mb_max * k);
-  std::vector<std::uint32_t> idx(mb_max * k);
+  std::vector<std::uint32_t> idx(mb_max * k), counts(mb_max);
 
   const std::uint64_t n_batches = ceil_div(m, mb_max);
   const std::uint64_t n_blocks = ceil_div(n, nb_max);
@@ -460,27 +539,61 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       };
       const auto sample = knn_detail::bound_sample(tile, pl, nb, k, cpu);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
+      const bool lists = bounded && slots;
+      if (lists) cmds.fill(listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (bounded) {
-        const std::uint32_t spush[8] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                        std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u};
-        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, sample_v, sample_i, sample_v}, spush, query_tiles,
+        const std::uint32_t spush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                        std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u, 0u};
+        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, sample_v, sample_i, sample_v, sample_i}, spush, query_tiles,
                       static_cast<std::uint32_t>(sample.splits));
         merge_heaps(sample_v, sample_i, sample.splits);
         cmds.barrier();
         knn_last_sample_rows() += sample.splits * sample.rows;
       }
-      const std::uint32_t push[8] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                     std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
-                                     bounded ? 1u : 0u};
-      cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf, bounded ? sample_v : vbuf}, push, query_tiles,
-                    static_cast<std::uint32_t>(splits));
-      merge_heaps(vbuf, ibuf, splits);
-      cmds.timestamp(1);
-      cmds.submit_and_wait();
-      knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+      // The heap pass: the whole search, or a batch whose candidate lists overflowed.
+      auto heap_pass = [&] {
+        if (!vbuf) make_heaps();
+        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                       std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
+                                       bounded ? 1u : 0u, 0u};
+        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf, bounded ? sample_v : vbuf, ibuf}, push, query_tiles,
+                      static_cast<std::uint32_t>(splits));
+        merge_heaps(vbuf, ibuf, splits);
+      };
+      bool from_lists = false;
+      if (lists) {
+        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                       std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows), 1u,
+                                       std::uint32_t(slots)};
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, list_v, list_i, sample_v, listed}, push, query_tiles,
+                      static_cast<std::uint32_t>(splits));
+        cmds.barrier();
+        const std::uint32_t gpush[3] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots)};
+        const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
+        cmds.dispatch(*gather, {list_v, list_i, listed, out_v, out_i}, gpush, gx, static_cast<std::uint32_t>(ceil_div(mb, gx)));
+        cmds.timestamp(1);
+        cmds.submit_and_wait();
+        knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+        vulkan::download(device, listed, 0, counts.data(), mb * sizeof(std::uint32_t));
+        from_lists = std::all_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t c) { return c <= slots; });
+        ++(from_lists ? knn_last_list_batches() : knn_last_list_overflows());
+        if (!from_lists) {  // some list overflowed (many pairs tied at the bound): heaps for this batch
+          cmds.reset();
+          cmds.timestamp(0);
+          heap_pass();
+          cmds.timestamp(1);
+          cmds.submit_and_wait();
+          knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+        }
+      } else {
+        heap_pass();
+        cmds.timestamp(1);
+        cmds.submit_and_wait();
+        knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+      }
       const std::uint64_t entries = mb * k;
-      vulkan::download(device, vbuf, 0, vals.data(), entries * s);
-      vulkan::download(device, ibuf, 0, idx.data(), entries * sizeof(std::uint32_t));
+      vulkan::download(device, from_lists ? out_v : vbuf, 0, vals.data(), entries * s);
+      vulkan::download(device, from_lists ? out_i : ibuf, 0, idx.data(), entries * sizeof(std::uint32_t));
 
       // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best.
       parallel_chunks(static_cast<std::int64_t>(mb), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {

@@ -1,0 +1,62 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// The k best pairs of every query's candidate list (knn_select.comp, APPEND): one workgroup per query loads its
+// list into shared memory, padded with (+inf, none) to a power of two, sorts it by (value, index) with a bitonic
+// network and writes the first k pairs, ascending, to the query's k output slots. A list that overflowed its
+// p.cap slots is left alone (the host searches that batch again with heaps).
+#include "common.glsl"
+
+layout(constant_id = 0) const uint THREADS = 256;
+layout(constant_id = 1) const uint CAP = 4096;  // list slots that fit in shared memory (a power of two)
+layout(local_size_x_id = 0) in;
+
+const uint NONE = 0xffffffffu;
+
+layout(std430, binding = 0) readonly buffer ListVal { scalar lv[]; };
+layout(std430, binding = 1) readonly buffer ListIdx { uint li[]; };
+layout(std430, binding = 2) readonly buffer Listed { uint listed[]; };
+layout(std430, binding = 3) writeonly buffer OutVal { scalar ov[]; };
+layout(std430, binding = 4) writeonly buffer OutIdx { uint oi[]; };
+// m queries, k kept, cap: list slots per query (at most CAP).
+layout(push_constant) uniform Push { uint m; uint k; uint cap; } p;
+
+shared scalar sv[CAP];
+shared uint si[CAP];
+
+bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
+
+void main() {
+  const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
+  if (q >= p.m) return;  // uniform over the workgroup
+  const uint count = listed[q];
+  if (count > p.cap) return;
+  uint size = 1;
+  while (size < count) size <<= 1;
+  for (uint e = tid; e < size; e += THREADS) {
+    const bool real = e < count;
+    sv[e] = real ? lv[q * p.cap + e] : scalar_inf();
+    si[e] = real ? li[q * p.cap + e] : NONE;
+  }
+  barrier();
+  for (uint run = 2; run <= size; run <<= 1) {
+    for (uint stride = run >> 1; stride > 0; stride >>= 1) {
+      for (uint t = tid; t < size / 2; t += THREADS) {
+        const uint lo = 2 * stride * (t / stride) + t % stride, hi = lo + stride;
+        const bool ascending = (lo & run) == 0;
+        const scalar a = sv[lo], b = sv[hi];
+        const uint ia = si[lo], ib = si[hi];
+        if (before(b, ib, a, ia) == ascending) {
+          sv[lo] = b;
+          si[lo] = ib;
+          sv[hi] = a;
+          si[hi] = ia;
+        }
+      }
+      barrier();
+    }
+  }
+  for (uint e = tid; e < p.k; e += THREADS) {
+    ov[q * p.k + e] = e < size ? sv[e] : scalar_inf();
+    oi[q * p.k + e] = e < size ? si[e] : NONE;
+  }
+}
