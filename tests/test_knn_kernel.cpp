@@ -151,8 +151,11 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
       const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m);
       // k = 33 takes the bounding sample pass where the plan has 8 or more splits: on CPU devices (splits of at
       // most 32 tiles, 10 here), not on GPUs (2 splits here).
-      if (k <= 32) EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
-      else if (device->info().type == gpuml::vulkan::DeviceType::cpu) EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 0u);
+      if (k <= 32) {
+        EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
+      } else if (device->info().type == gpuml::vulkan::DeviceType::cpu) {
+        EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 0u);
+      }
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
     }
@@ -222,9 +225,14 @@ TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
       for (int k : {1, 40, 100}) {  // k = 1 without the sample pass, the others with it
         SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(d) + " k=" + std::to_string(k));
         const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
-        if (k == 1) EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
-        else EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 4u * k);
-        if (k == 40 && d == 2) EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 1u);
+        if (k == 1) {
+          EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
+        } else {
+          EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 4u * k);
+        }
+        if (k == 40 && d == 2) {
+          EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 1u);
+        }
         const auto host = gpuml::host::knn_search<T>(db, q, k, m);
         EXPECT_EQ(got.indices, host.indices);
         EXPECT_EQ(got.distances, host.distances);

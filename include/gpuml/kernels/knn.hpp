@@ -40,10 +40,15 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -351,6 +356,24 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 
 }  // namespace knn_detail
 
+/// The device buffers of a search: queries, heaps, candidate lists, staging. Grown on demand and kept by a resident
+/// database between searches, since allocating them cost more than a small search's kernels (one lock per search).
+struct KnnWorkspace {
+  std::mutex mutex;
+  vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
+      readback;
+
+  /// `b`, reallocated when smaller than `bytes`.
+  static const vulkan::Buffer& fit(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes,
+                                   vulkan::MemoryUse use = vulkan::MemoryUse::device) {
+    if (!b || b.size() < bytes) {
+      b = vulkan::Buffer();  // free first: the old and the new buffer need not fit together
+      b = device.buffer(bytes, use);
+    }
+    return b;
+  }
+};
+
 /// A database on the device: its rows in blocks of one binding each, with their squared norms. Built once (by
 /// NearestNeighbors::fit on a Vulkan backend) so that every search reads it in place.
 template <class T>
@@ -387,11 +410,13 @@ class KnnDatabase {
   std::uint64_t rows() const noexcept { return rows_; }
   std::uint64_t cols() const noexcept { return cols_; }
   const std::vector<Block>& blocks() const noexcept { return blocks_; }
+  KnnWorkspace& workspace() const noexcept { return *workspace_; }
 
  private:
   vulkan::Device* device_;
   std::uint64_t rows_, cols_;
   std::vector<Block> blocks_;
+  std::unique_ptr<KnnWorkspace> workspace_ = std::make_unique<KnnWorkspace>();
 };
 
 /// Device time of the last knn_search on this thread (GPU timestamps; negative where the queue has none).
@@ -446,6 +471,15 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   knn_last_list_batches() = knn_last_list_overflows() = 0;
   if (m == 0) return result;
 
+  // TRACE (temporary)
+  static const bool trace_on = std::getenv("GPUML_KNN_TRACE") != nullptr;
+  auto trace_t0 = std::chrono::steady_clock::now();
+  auto trace = [&](const char* what) {
+    if (!trace_on) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "TRACE %s %.3f ms\n", what, std::chrono::duration<double, std::milli>(now - trace_t0).count());
+    trace_t0 = now;
+  };
   const std::uint64_t s = sizeof(T);
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
   const std::uint64_t nb_first = std::min<std::uint64_t>(n, nb_max);
@@ -467,27 +501,37 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   }
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
 
-  auto qbuf = device.buffer(mb_max * d * s), qn = device.buffer(mb_max * s);
-  // Heaps: one per query and split, or (with lists) only the k best per query, and the heaps made on demand.
-  vulkan::Buffer vbuf, ibuf, list_v, list_i, listed;
-  auto make_heaps = [&] {
-    vbuf = device.buffer(pl.splits * mb_max * k * s);
-    ibuf = device.buffer(pl.splits * mb_max * k * sizeof(std::uint32_t));
+  KnnWorkspace scratch;
+  KnnWorkspace& ws = resident ? resident->workspace() : scratch;
+  std::lock_guard ws_lock(ws.mutex);
+  using vulkan::MemoryUse;
+  const auto& qbuf = KnnWorkspace::fit(device, ws.queries, mb_max * d * s);
+  const auto& qn = KnnWorkspace::fit(device, ws.query_norms, mb_max * s);
+  // Heaps: one per query and split, or (with lists) only where a batch's lists overflow.
+  auto heaps = [&] {
+    KnnWorkspace::fit(device, ws.heap_v, pl.splits * mb_max * k * s);
+    KnnWorkspace::fit(device, ws.heap_i, pl.splits * mb_max * k * sizeof(std::uint32_t));
   };
-  vulkan::Buffer out_v, out_i;  // lists: the gathered k best per query
   if (slots) {
-    list_v = device.buffer(mb_max * slots * s);
-    list_i = device.buffer(mb_max * slots * sizeof(std::uint32_t));
-    listed = device.buffer(mb_max * sizeof(std::uint32_t));
-    out_v = device.buffer(mb_max * k * s);
-    out_i = device.buffer(mb_max * k * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.list_v, mb_max * slots * s);
+    KnnWorkspace::fit(device, ws.list_i, mb_max * slots * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.listed, mb_max * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.out_v, mb_max * k * s);  // the gathered k best per query
+    KnnWorkspace::fit(device, ws.out_i, mb_max * k * sizeof(std::uint32_t));
   } else {
-    make_heaps();
+    heaps();
   }
-  vulkan::Buffer sample_v, sample_i;
   if (first_sample.splits) {
-    sample_v = device.buffer(first_sample.splits * mb_max * k * s);
-    sample_i = device.buffer(first_sample.splits * mb_max * k * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.sample_v, first_sample.splits * mb_max * k * s);
+    KnnWorkspace::fit(device, ws.sample_i, first_sample.splits * mb_max * k * sizeof(std::uint32_t));
+  }
+  // Staging where the device's buffers are not mapped: the queries in, and the counts and k best per query out
+  // (copied within the search's own submission).
+  const bool staged = qbuf.mapped() == nullptr;
+  const std::uint64_t out_bytes = mb_max * k * (s + sizeof(std::uint32_t)) + mb_max * sizeof(std::uint32_t);
+  if (staged) {
+    KnnWorkspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
+    KnnWorkspace::fit(device, ws.readback, out_bytes, MemoryUse::readback);
   }
   const auto metric_code = knn_metric_code(metric);
   const auto& kernel = device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code)});
@@ -506,7 +550,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   std::vector<int> best_count(static_cast<std::size_t>(m), 0);
   std::vector<T> vals(mb_max * k);
   std::vector<std::uint32_t> idx(mb_max * k), counts(mb_max);
+  trace("setup");
 
+  vulkan::Commands cmds(device, 4);
   const std::uint64_t n_batches = ceil_div(m, mb_max);
   const std::uint64_t n_blocks = ceil_div(n, nb_max);
   for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
@@ -519,12 +565,22 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += mb_max) {
       const std::uint64_t mb = std::min<std::uint64_t>(mb_max, m - q0);
       const bool new_queries = n_batches > 1 || blk == 0;
-      vulkan::Commands cmds(device, 2);
+      cmds.reset();
       if (new_queries) {
-        vulkan::upload_rows<T>(device, qbuf, 0, queries, q0, q0 + mb);
+        // Rows q0 .. q0 + mb of the queries, packed, straight into mapped memory.
+        T* dst = static_cast<T*>(staged ? ws.upload.mapped() : qbuf.mapped());
+        parallel_chunks(static_cast<std::int64_t>(mb), 1024, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+          for (std::int64_t r = b; r < e; ++r)
+            for (Index f = 0; f < d; ++f) dst[r * d + f] = queries(static_cast<Index>(q0) + r, f);
+        });
+        if (staged) {
+          cmds.copy(ws.upload, 0, qbuf, 0, mb * d * s);
+          cmds.barrier();
+        }
         record_row_sq_norms<T>(device, cmds, qbuf, qn, mb, d);
         cmds.barrier();
       }
+      trace("upload");
       cmds.timestamp(0);
       const auto query_tiles = static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries()));
       // Merges n_splits heaps on the device, pl.merge_group at a time, into split 0's.
@@ -537,63 +593,89 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                         static_cast<std::uint32_t>(ceil_div(n_splits, stride * pl.merge_group)));
         }
       };
+      // Makes the k best per query (and the list counts) readable by the host after the fence.
+      auto read_back = [&](const vulkan::Buffer& v, const vulkan::Buffer& i, bool with_counts) {
+        cmds.barrier();
+        if (staged) {
+          cmds.copy(v, 0, ws.readback, 0, mb * k * s);
+          cmds.copy(i, 0, ws.readback, mb_max * k * s, mb * k * sizeof(std::uint32_t));
+          if (with_counts) cmds.copy(ws.listed, 0, ws.readback, mb_max * k * (s + 4), mb * sizeof(std::uint32_t));
+        }
+        cmds.host_barrier();
+      };
+      auto finish_batch = [&] {
+        cmds.timestamp(3);
+        cmds.submit_and_wait();
+        knn_last_device_ms() += cmds.elapsed_ms(0, 3);
+        if (trace_on)
+          std::fprintf(stderr, "TRACE device sample %.3f main %.3f gather %.3f ms\n", cmds.elapsed_ms(0, 1),
+                       cmds.elapsed_ms(1, 2), cmds.elapsed_ms(2, 3));
+      };
       const auto sample = knn_detail::bound_sample(tile, pl, nb, k, cpu);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
-      if (lists) cmds.fill(listed, 0, mb * sizeof(std::uint32_t), 0u);
+      if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (bounded) {
         const std::uint32_t spush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                         std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u, 0u};
-        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, sample_v, sample_i, sample_v, sample_i}, spush, query_tiles,
-                      static_cast<std::uint32_t>(sample.splits));
-        merge_heaps(sample_v, sample_i, sample.splits);
+        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, ws.sample_v, ws.sample_i, ws.sample_v, ws.sample_i}, spush,
+                      query_tiles, static_cast<std::uint32_t>(sample.splits));
+        merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
         cmds.barrier();
         knn_last_sample_rows() += sample.splits * sample.rows;
       }
+      cmds.timestamp(1);
       // The heap pass: the whole search, or a batch whose candidate lists overflowed.
       auto heap_pass = [&] {
-        if (!vbuf) make_heaps();
+        heaps();
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
                                        bounded ? 1u : 0u, 0u};
-        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, vbuf, ibuf, bounded ? sample_v : vbuf, ibuf}, push, query_tiles,
-                      static_cast<std::uint32_t>(splits));
-        merge_heaps(vbuf, ibuf, splits);
+        cmds.dispatch(kernel,
+                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? ws.sample_v : ws.heap_v, ws.heap_i},
+                      push, query_tiles, static_cast<std::uint32_t>(splits));
+        cmds.timestamp(2);
+        merge_heaps(ws.heap_v, ws.heap_i, splits);
+        read_back(ws.heap_v, ws.heap_i, false);
+        finish_batch();
       };
       bool from_lists = false;
       if (lists) {
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows), 1u,
                                        std::uint32_t(slots)};
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, list_v, list_i, sample_v, listed}, push, query_tiles,
-                      static_cast<std::uint32_t>(splits));
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, ws.sample_v, ws.listed}, push,
+                      query_tiles, static_cast<std::uint32_t>(splits));
+        cmds.timestamp(2);
         cmds.barrier();
         const std::uint32_t gpush[3] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots)};
         const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
-        cmds.dispatch(*gather, {list_v, list_i, listed, out_v, out_i}, gpush, gx, static_cast<std::uint32_t>(ceil_div(mb, gx)));
-        cmds.timestamp(1);
-        cmds.submit_and_wait();
-        knn_last_device_ms() += cmds.elapsed_ms(0, 1);
-        vulkan::download(device, listed, 0, counts.data(), mb * sizeof(std::uint32_t));
-        from_lists = std::all_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t c) { return c <= slots; });
+        cmds.dispatch(*gather, {ws.list_v, ws.list_i, ws.listed, ws.out_v, ws.out_i}, gpush, gx,
+                      static_cast<std::uint32_t>(ceil_div(mb, gx)));
+        read_back(ws.out_v, ws.out_i, true);
+        finish_batch();
+        trace("lists submit+wait");
+        const void* c = staged ? static_cast<const char*>(ws.readback.mapped()) + mb_max * k * (s + 4) : ws.listed.mapped();
+        std::memcpy(counts.data(), c, mb * sizeof(std::uint32_t));
+        from_lists = std::all_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t n_listed) { return n_listed <= slots; });
         ++(from_lists ? knn_last_list_batches() : knn_last_list_overflows());
         if (!from_lists) {  // some list overflowed (many pairs tied at the bound): heaps for this batch
           cmds.reset();
           cmds.timestamp(0);
-          heap_pass();
           cmds.timestamp(1);
-          cmds.submit_and_wait();
-          knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+          heap_pass();
         }
       } else {
         heap_pass();
-        cmds.timestamp(1);
-        cmds.submit_and_wait();
-        knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+        trace("heaps submit+wait");
       }
       const std::uint64_t entries = mb * k;
-      vulkan::download(device, from_lists ? out_v : vbuf, 0, vals.data(), entries * s);
-      vulkan::download(device, from_lists ? out_i : ibuf, 0, idx.data(), entries * sizeof(std::uint32_t));
+      const void* v = staged ? ws.readback.mapped() : (from_lists ? ws.out_v : ws.heap_v).mapped();
+      const void* i = staged ? static_cast<const char*>(ws.readback.mapped()) + mb_max * k * s
+                             : (from_lists ? ws.out_i : ws.heap_i).mapped();
+      std::memcpy(vals.data(), v, entries * s);
+      std::memcpy(idx.data(), i, entries * sizeof(std::uint32_t));
+      trace("downloads");
 
       // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best.
       parallel_chunks(static_cast<std::int64_t>(mb), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {
@@ -613,6 +695,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     }
   }
 
+  trace("host merges");
   // Finish as the host engine does: exact values for the metrics it recomputes, sort, convert.
   const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
   for (int c : best_count)
@@ -635,6 +718,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       host::knn_detail::write_neighbours(result, i, cand, k, metric);
     }
   });
+  trace("finish");
   return result;
 }
 
