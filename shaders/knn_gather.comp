@@ -2,8 +2,10 @@
 #extension GL_GOOGLE_include_directive : require
 // The k best pairs of every query's candidate list (knn_select.comp, APPEND): one workgroup per query loads its
 // list into shared memory, padded with (+inf, none) to a power of two, sorts it by (value, index) with a bitonic
-// network and writes the first k pairs, ascending, to the query's k output slots. A list that overflowed its
-// p.cap slots is left alone (the host searches that batch again with heaps).
+// network and writes its first k pairs to the query's k output slots, the k-th best first and the best last: a
+// descending array is a max-heap, so the output bounds a later search (knn_select.comp reads its first value) just
+// as merged heaps do. A list that overflowed its p.cap slots gets (-inf, none) pairs, which no value passes as a
+// bound (the host searches that batch again with heaps).
 #include "common.glsl"
 
 layout(constant_id = 0) const uint THREADS = 256;
@@ -29,7 +31,13 @@ void main() {
   const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
   if (q >= p.m) return;  // uniform over the workgroup
   const uint count = listed[q];
-  if (count > p.cap) return;
+  if (count > p.cap) {
+    for (uint e = tid; e < p.k; e += THREADS) {
+      ov[q * p.k + e] = -scalar_inf();
+      oi[q * p.k + e] = NONE;
+    }
+    return;
+  }
   uint size = 1;
   while (size < count) size <<= 1;
   for (uint e = tid; e < size; e += THREADS) {
@@ -56,7 +64,8 @@ void main() {
     }
   }
   for (uint e = tid; e < p.k; e += THREADS) {
-    ov[q * p.k + e] = e < size ? sv[e] : scalar_inf();
-    oi[q * p.k + e] = e < size ? si[e] : NONE;
+    const uint from = p.k - 1 - e;
+    ov[q * p.k + e] = from < size ? sv[from] : scalar_inf();
+    oi[q * p.k + e] = from < size ? si[from] : NONE;
   }
 }

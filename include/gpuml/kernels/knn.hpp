@@ -290,6 +290,10 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
 /// sample pass), for sweeps.
 struct KnnBoundSample {
   std::uint64_t splits = 0, rows = 0, stride = 0;  // split s covers rows [s * stride, s * stride + rows)
+  // With candidate lists, two levels: the heap pass above covers a 1/F of a list pass over list_splits splits of
+  // list_rows rows, list_stride apart (its splits are the heads of every (stride / list_stride)-th list split, so
+  // at least k pairs pass the list pass), and the list pass's k-th best bounds the search. 0: one level.
+  std::uint64_t list_splits = 0, list_rows = 0, list_stride = 0;
 };
 inline constexpr std::uint64_t kKnnSampleFraction = 16;
 
@@ -354,6 +358,28 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
   return b;
 }
 
+/// With candidate lists the sample itself is searched with lists (see KnnBoundSample): the heap pass then covers
+/// only 1/F^2 of the block, in at most 32 splits, and the list pass 1/F in as many splits as the search (it has no
+/// warm-up to pay). One level where the block is too small for two.
+inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
+                                             std::uint64_t k, bool cpu) {
+  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu);
+  if (!one.splits) return one;
+  const std::uint64_t BN = tile.block_rows(), fraction = knn_sample_fraction(), sample = nb / fraction;
+  KnnBoundSample b;
+  b.list_splits = std::max<std::uint64_t>(1, std::min(pl.splits, sample / (8 * BN)));  // 8 tiles or more each
+  b.list_rows = ceil_div(ceil_div(sample, b.list_splits), BN) * BN;
+  if (cpu) b.list_rows = std::min(b.list_rows, 32 * BN);
+  if (b.list_rows * b.list_splits > nb) return one;
+  b.list_stride = b.list_splits > 1 ? (nb - b.list_rows) / (b.list_splits - 1) : b.list_rows;
+  const std::uint64_t every = ceil_div(b.list_splits, 32);
+  b.splits = ceil_div(b.list_splits, every);
+  b.stride = every * b.list_stride;
+  b.rows = std::min(b.list_rows, ceil_div(ceil_div(sample / fraction, b.splits), BN) * BN);
+  if (b.rows * b.splits < std::max<std::uint64_t>(4 * k, 4 * BN) || 4 * b.rows > b.list_rows) return one;
+  return b;
+}
+
 }  // namespace knn_detail
 
 /// The device buffers of a search: queries, heaps, candidate lists, staging. Grown on demand and kept by a resident
@@ -361,7 +387,7 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 struct KnnWorkspace {
   std::mutex mutex;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
-      readback;
+      readback, bound_v, bound_i, sample_listed;
 
   /// `b`, reallocated when smaller than `bytes`.
   static const vulkan::Buffer& fit(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes,
@@ -499,6 +525,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       if (!first_sample.splits) slots = 0;
     }
   }
+  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu);
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
 
   KnnWorkspace scratch;
@@ -518,6 +545,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     KnnWorkspace::fit(device, ws.listed, mb_max * sizeof(std::uint32_t));
     KnnWorkspace::fit(device, ws.out_v, mb_max * k * s);  // the gathered k best per query
     KnnWorkspace::fit(device, ws.out_i, mb_max * k * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.bound_v, mb_max * k * s);  // the list sample's k best per query
+    KnnWorkspace::fit(device, ws.bound_i, mb_max * k * sizeof(std::uint32_t));
+    KnnWorkspace::fit(device, ws.sample_listed, mb_max * sizeof(std::uint32_t));
   } else {
     heaps();
   }
@@ -528,7 +558,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   // Staging where the device's buffers are not mapped: the queries in, and the counts and k best per query out
   // (copied within the search's own submission).
   const bool staged = qbuf.mapped() == nullptr;
-  const std::uint64_t out_bytes = mb_max * k * (s + sizeof(std::uint32_t)) + mb_max * sizeof(std::uint32_t);
+  const std::uint64_t out_bytes = mb_max * k * (s + sizeof(std::uint32_t)) + 2 * mb_max * sizeof(std::uint32_t);
   if (staged) {
     KnnWorkspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
     KnnWorkspace::fit(device, ws.readback, out_bytes, MemoryUse::readback);
@@ -599,7 +629,10 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         if (staged) {
           cmds.copy(v, 0, ws.readback, 0, mb * k * s);
           cmds.copy(i, 0, ws.readback, mb_max * k * s, mb * k * sizeof(std::uint32_t));
-          if (with_counts) cmds.copy(ws.listed, 0, ws.readback, mb_max * k * (s + 4), mb * sizeof(std::uint32_t));
+          if (with_counts) {
+            cmds.copy(ws.listed, 0, ws.readback, mb_max * k * (s + 4), mb * sizeof(std::uint32_t));
+            cmds.copy(ws.sample_listed, 0, ws.readback, mb_max * (k * (s + 4) + 4), mb * sizeof(std::uint32_t));
+          }
         }
         cmds.host_barrier();
       };
@@ -611,10 +644,20 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
           std::fprintf(stderr, "TRACE device sample %.3f main %.3f gather %.3f ms\n", cmds.elapsed_ms(0, 1),
                        cmds.elapsed_ms(1, 2), cmds.elapsed_ms(2, 3));
       };
-      const auto sample = knn_detail::bound_sample(tile, pl, nb, k, cpu);
+      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu)
+                                : knn_detail::bound_sample(tile, pl, nb, k, cpu);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
+      const bool list_sample = lists && sample.list_splits > 0;
+      if (trace_on) std::fprintf(stderr, "TRACE plan splits %llu x %llu rows; sample %llu x %llu, list %llu x %llu, slots %llu\n", (unsigned long long)splits, (unsigned long long)pl.split_rows, (unsigned long long)sample.splits, (unsigned long long)sample.rows, (unsigned long long)sample.list_splits, (unsigned long long)sample.list_rows, (unsigned long long)slots);
+      // The gather of candidate lists (written k-th best first, so its first pair is the bound a heap root gives).
+      auto gather_lists = [&](const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
+        const std::uint32_t gpush[3] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots)};
+        const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
+        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i}, gpush, gx, static_cast<std::uint32_t>(ceil_div(mb, gx)));
+      };
       if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
+      if (list_sample) cmds.fill(ws.sample_listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (bounded) {
         const std::uint32_t spush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                         std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u, 0u};
@@ -624,15 +667,27 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         knn_last_sample_rows() += sample.splits * sample.rows;
       }
+      if (list_sample) {
+        const std::uint32_t lpush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                        std::uint32_t(sample.list_rows), std::uint32_t(b0), std::uint32_t(sample.list_stride),
+                                        1u, std::uint32_t(slots)};
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, ws.sample_v, ws.sample_listed},
+                      lpush, query_tiles, static_cast<std::uint32_t>(sample.list_splits));
+        cmds.barrier();
+        gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
+        cmds.barrier();
+        knn_last_sample_rows() += sample.list_splits * sample.list_rows;
+      }
+      const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
       cmds.timestamp(1);
-      // The heap pass: the whole search, or a batch whose candidate lists overflowed.
-      auto heap_pass = [&] {
+      // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
+      auto heap_pass = [&](const vulkan::Buffer& from_bound) {
         heaps();
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
                                        bounded ? 1u : 0u, 0u};
         cmds.dispatch(kernel,
-                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? ws.sample_v : ws.heap_v, ws.heap_i},
+                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? from_bound : ws.heap_v, ws.heap_i},
                       push, query_tiles, static_cast<std::uint32_t>(splits));
         cmds.timestamp(2);
         merge_heaps(ws.heap_v, ws.heap_i, splits);
@@ -644,29 +699,32 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows), 1u,
                                        std::uint32_t(slots)};
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, ws.sample_v, ws.listed}, push,
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, bound, ws.listed}, push,
                       query_tiles, static_cast<std::uint32_t>(splits));
         cmds.timestamp(2);
         cmds.barrier();
-        const std::uint32_t gpush[3] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots)};
-        const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
-        cmds.dispatch(*gather, {ws.list_v, ws.list_i, ws.listed, ws.out_v, ws.out_i}, gpush, gx,
-                      static_cast<std::uint32_t>(ceil_div(mb, gx)));
+        gather_lists(ws.listed, ws.out_v, ws.out_i);
         read_back(ws.out_v, ws.out_i, true);
         finish_batch();
         trace("lists submit+wait");
-        const void* c = staged ? static_cast<const char*>(ws.readback.mapped()) + mb_max * k * (s + 4) : ws.listed.mapped();
-        std::memcpy(counts.data(), c, mb * sizeof(std::uint32_t));
-        from_lists = std::all_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t n_listed) { return n_listed <= slots; });
+        // Overflowed lists (many pairs tied at a bound): the list sample's, whose bounds are then unusable, or the
+        // search's. Heaps for this batch then, from the bounds that hold.
+        auto overflowed = [&](const vulkan::Buffer& listed, std::uint64_t at) {
+          const void* c = staged ? static_cast<const char*>(ws.readback.mapped()) + at : listed.mapped();
+          std::memcpy(counts.data(), c, mb * sizeof(std::uint32_t));
+          return std::any_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t n_listed) { return n_listed > slots; });
+        };
+        const bool sample_overflow = list_sample && overflowed(ws.sample_listed, mb_max * (k * (s + 4) + 4));
+        from_lists = !sample_overflow && !overflowed(ws.listed, mb_max * k * (s + 4));
         ++(from_lists ? knn_last_list_batches() : knn_last_list_overflows());
-        if (!from_lists) {  // some list overflowed (many pairs tied at the bound): heaps for this batch
+        if (!from_lists) {
           cmds.reset();
           cmds.timestamp(0);
           cmds.timestamp(1);
-          heap_pass();
+          heap_pass(sample_overflow ? ws.sample_v : bound);
         }
       } else {
-        heap_pass();
+        heap_pass(bound);
         trace("heaps submit+wait");
       }
       const std::uint64_t entries = mb * k;
