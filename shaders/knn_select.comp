@@ -137,7 +137,7 @@ void main() {
       xaux[xa + c] = (uses_norms && gc < c_end) ? row_aux(xn[gc]) : scalar(0);
     }
     scalar acc[ACC];
-    tile_product(acc, p.d);  // its barriers also publish xaux
+    tile_product(acc, p.d, col0 != c_begin);  // its barriers also publish xaux; one query tile per workgroup
 
     if (APPEND != 0) {
       for (uint i = 0; i < TM; ++i) {

@@ -35,7 +35,7 @@ scalar load_b(uint row, uint f) {
 void main() {
   const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
   scalar acc[ACC];
-  tile_product(acc, p.d);
+  tile_product(acc, p.d, false);
   for (uint i = 0; i < TM; ++i) {
     const uint r = row0 + tile_row_a(i);
     if (r >= p.n) continue;

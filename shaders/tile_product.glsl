@@ -26,14 +26,18 @@ shared scalar4 Bs[BK * BN4];
 uint tile_row_a(uint i) { return 4 * ((i / 4) * WY + gl_LocalInvocationID.y) + i % 4; }
 uint tile_row_b(uint j) { return 4 * ((j / 4) * WX + gl_LocalInvocationID.x) + j % 4; }
 
-void tile_product(inout scalar acc[ACC], uint d) {
+// keep_a: the A tile of the previous call is still staged and still wanted (only possible when d <= BK, where one
+// step holds every feature); its loads are skipped.
+void tile_product(inout scalar acc[ACC], uint d, bool keep_a) {
   const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * WX + tx;
   for (uint e = 0; e < TM * TN; ++e) acc[e] = scalar(0);
   for (uint k0 = 0; k0 < d; k0 += BK) {
     // Consecutive threads read consecutive features of a row (coalesced loads).
-    for (uint e = tid; e < BM * BK; e += NT) {
-      const uint r = e / BK, kk = e % BK;
-      As[kk * BM4 + r / 4][r % 4] = load_a(r, k0 + kk);
+    if (!keep_a || d > BK) {
+      for (uint e = tid; e < BM * BK; e += NT) {
+        const uint r = e / BK, kk = e % BK;
+        As[kk * BM4 + r / 4][r % 4] = load_a(r, k0 + kk);
+      }
     }
     for (uint e = tid; e < BN * BK; e += NT) {
       const uint c = e / BK, kk = e % BK;

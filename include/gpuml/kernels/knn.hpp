@@ -86,9 +86,10 @@ struct KnnTileParams {
   }
 };
 
-/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups.
+/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups; Lists: bounded
+/// searches may use candidate lists (false: heaps always).
 template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16,
-          std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024>
+          std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024, bool Lists = true>
 struct KnnTile {
   static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
@@ -98,6 +99,7 @@ struct KnnTile {
   static_assert(MaxK >= 1, "k of at least 1 must be supported");
   static_assert(TargetGroups >= 1, "at least one workgroup");
   static constexpr std::uint32_t max_k = MaxK;
+  static constexpr bool candidate_lists = Lists;
   static constexpr KnnTileParams tile{WX, WY, TM, TN, BK, TargetGroups};
   template <class T>
   static KnnTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
@@ -116,6 +118,7 @@ struct KnnTile {
 /// (lavapipe allows 32 KiB); float64 uses 64 x 64 tiles to stay within 32 KiB.
 struct knn_default_policy {
   static constexpr std::uint32_t max_k = 2048;
+  static constexpr bool candidate_lists = true;
   /// The kernel's name in the tuning store.
   static constexpr const char* kernel = "knn_select";
 
@@ -312,14 +315,6 @@ inline std::uint64_t knn_sample_fraction() {
   return f;
 }
 
-inline std::uint64_t knn_sample_min_k() {
-  static const std::uint64_t v = [] {
-    const char* env = std::getenv("GPUML_KNN_SAMPLE_MIN_K");
-    return env && *env ? std::strtoull(env, nullptr, 10) : 32ull;
-  }();
-  return v;
-}
-
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
 /// a power of two, where knn_gather.comp can sort that many in shared memory. GPUML_KNN_APPEND=0: heaps always.
@@ -338,13 +333,14 @@ std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k) {
 }
 
 inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
-                                   bool cpu) {
+                                   bool cpu, bool lists) {
   const std::uint64_t fraction = knn_sample_fraction();
   if (fraction == 0) return {};
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
-  // Measured no faster with the sample (H200, lavapipe): small k, which warms up in a few tiles, and searches of
-  // a few splits (10k x 128 at k = 100 on lavapipe, 3 splits: 92 ms with the pass, 86 without).
-  if (k <= knn_sample_min_k() || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
+  // Measured no faster with the sample and heaps (H200, lavapipe): small k, which warms up in a few tiles, and
+  // searches of a few splits (10k x 128 at k = 100 on lavapipe, 3 splits: 92 ms with the pass, 86 without). With
+  // lists it pays at any k (H200, 1M x 128, 10k queries, k = 10: 97 ms of kernels against 131 with heaps).
+  if ((!lists && k <= 32) || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
   std::uint64_t splits = std::min<std::uint64_t>(8, sample / (4 * BN));
   if (cpu) splits = std::max(splits, ceil_div(sample, 32 * BN));
   splits = std::max<std::uint64_t>(1, std::min(splits, pl.splits));
@@ -359,11 +355,11 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 }
 
 /// With candidate lists the sample itself is searched with lists (see KnnBoundSample): the heap pass then covers
-/// only 1/F^2 of the block, in at most 32 splits, and the list pass 1/F in as many splits as the search (it has no
-/// warm-up to pay). One level where the block is too small for two.
+/// only about 1/F^2 of the block, in at most 8 splits, and the list pass 1/F in as many splits as the search (it has
+/// no warm-up to pay), each of 8 tiles or more. One level where the block is too small for two.
 inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
                                              std::uint64_t k, bool cpu) {
-  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu);
+  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true);
   if (!one.splits) return one;
   const std::uint64_t BN = tile.block_rows(), fraction = knn_sample_fraction(), sample = nb / fraction;
   KnnBoundSample b;
@@ -372,11 +368,13 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
   if (cpu) b.list_rows = std::min(b.list_rows, 32 * BN);
   if (b.list_rows * b.list_splits > nb) return one;
   b.list_stride = b.list_splits > 1 ? (nb - b.list_rows) / (b.list_splits - 1) : b.list_rows;
-  const std::uint64_t every = ceil_div(b.list_splits, 32);
+  // Few long heap splits: each pays a warm-up of about k insertions per query.
+  const std::uint64_t every = ceil_div(b.list_splits, 8);
   b.splits = ceil_div(b.list_splits, every);
   b.stride = every * b.list_stride;
   b.rows = std::min(b.list_rows, ceil_div(ceil_div(sample / fraction, b.splits), BN) * BN);
-  if (b.rows * b.splits < std::max<std::uint64_t>(4 * k, 4 * BN) || 4 * b.rows > b.list_rows) return one;
+  if (b.rows * b.splits < std::max<std::uint64_t>(4 * k, 4 * BN) || 4 * b.rows * b.splits > b.list_rows * b.list_splits)
+    return one;
   return b;
 }
 
@@ -513,18 +511,22 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   auto pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k);
   // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
-  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu);
-  std::uint64_t slots = first_sample.splits ? knn_detail::append_slots<T>(device.info(), k) : 0;
+  std::uint64_t slots = 0;
+  if constexpr (requires { Policy::candidate_lists; }) {
+    if (Policy::candidate_lists) slots = knn_detail::append_slots<T>(device.info(), k);
+  } else {
+    slots = knn_detail::append_slots<T>(device.info(), k);
+  }
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-    const std::uint64_t budget = std::min(max_bytes / slots / s, (std::uint64_t(256) << 20) / (slots * (s + 4)));
+    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
+    const std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, device.info().device_local_bytes / 16);
+    const std::uint64_t budget = std::min(max_bytes / slots / s, list_bytes / (slots * (s + 4)));
     if (budget == 0) slots = 0;
-    else if (budget < pl.batch_queries) {
-      pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k, budget);
-      first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu);
-      if (!first_sample.splits) slots = 0;
-    }
+    else if (budget < pl.batch_queries) pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k, budget);
   }
+  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0);
+  if (!first_sample.splits) slots = 0;
   if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu);
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
 
@@ -645,7 +647,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                        cmds.elapsed_ms(1, 2), cmds.elapsed_ms(2, 3));
       };
       const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu)
-                                : knn_detail::bound_sample(tile, pl, nb, k, cpu);
+                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
       const bool list_sample = lists && sample.list_splits > 0;
@@ -766,7 +768,19 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       if (recompute) {
         const T* qr = queries.row(i).data();
         const T qsq = metric == Metric::cosine ? host::knn_detail::dot_fixed(qr, qr, d) : T(0);
-        for (auto& [v, j] : cand) {
+        // The rows are scattered over the database: ask for a few ahead, so their cache misses overlap.
+        constexpr std::size_t kAhead = 8;
+        auto prefetch = [&](std::size_t c) {
+#if defined(__GNUC__) || defined(__clang__)
+          if (c >= cand.size()) return;
+          const char* row = reinterpret_cast<const char*>(database.row(cand[c].second).data());
+          for (std::size_t b = 0; b < d * sizeof(T); b += 64) __builtin_prefetch(row + b);
+#endif
+        };
+        for (std::size_t c = 0; c < kAhead; ++c) prefetch(c);
+        for (std::size_t c = 0; c < cand.size(); ++c) {
+          prefetch(c + kAhead);
+          auto& [v, j] = cand[c];
           const T* x = database.row(j).data();
           v = metric == Metric::cosine ? host::knn_detail::cosine_exact(qr, x, d, qsq, host::knn_detail::dot_fixed(x, x, d))
                                        : host::knn_detail::sqdist_fixed(qr, x, d);
