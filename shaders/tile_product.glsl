@@ -27,23 +27,45 @@ uint tile_row_a(uint i) { return 4 * ((i / 4) * WY + gl_LocalInvocationID.y) + i
 uint tile_row_b(uint j) { return 4 * ((j / 4) * WX + gl_LocalInvocationID.x) + j % 4; }
 
 // keep_a: the A tile of the previous call is still staged and still wanted (only possible when d <= BK, where one
-// step holds every feature); its loads are skipped.
+// step holds every feature); its loads are skipped. The next step's global loads are issued into registers before
+// this step's products, so their latency hides behind them.
+const uint LOADS_A = (BM * BK + NT - 1) / NT, LOADS_B = (BN * BK + NT - 1) / NT;
+
 void tile_product(inout scalar acc[ACC], uint d, bool keep_a) {
   const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * WX + tx;
+  const bool load_a_tile = !keep_a || d > BK;
   for (uint e = 0; e < TM * TN; ++e) acc[e] = scalar(0);
+  // Element l of a thread's loads: consecutive threads read consecutive features of a row (coalesced loads).
+  scalar ra[LOADS_A], rb[LOADS_B];
+  for (uint l = 0; l < LOADS_A; ++l) {
+    const uint e = tid + l * NT;
+    if (load_a_tile && e < BM * BK) ra[l] = load_a(e / BK, e % BK);
+  }
+  for (uint l = 0; l < LOADS_B; ++l) {
+    const uint e = tid + l * NT;
+    if (e < BN * BK) rb[l] = load_b(e / BK, e % BK);
+  }
   for (uint k0 = 0; k0 < d; k0 += BK) {
-    // Consecutive threads read consecutive features of a row (coalesced loads).
-    if (!keep_a || d > BK) {
-      for (uint e = tid; e < BM * BK; e += NT) {
-        const uint r = e / BK, kk = e % BK;
-        As[kk * BM4 + r / 4][r % 4] = load_a(r, k0 + kk);
-      }
+    for (uint l = 0; l < LOADS_A; ++l) {
+      const uint e = tid + l * NT, r = e / BK, kk = e % BK;
+      if (load_a_tile && e < BM * BK) As[kk * BM4 + r / 4][r % 4] = ra[l];
     }
-    for (uint e = tid; e < BN * BK; e += NT) {
-      const uint c = e / BK, kk = e % BK;
-      Bs[kk * BN4 + c / 4][c % 4] = load_b(c, k0 + kk);
+    for (uint l = 0; l < LOADS_B; ++l) {
+      const uint e = tid + l * NT, c = e / BK, kk = e % BK;
+      if (e < BN * BK) Bs[kk * BN4 + c / 4][c % 4] = rb[l];
     }
     barrier();
+    const uint k1 = k0 + BK;
+    if (k1 < d) {
+      for (uint l = 0; l < LOADS_A; ++l) {
+        const uint e = tid + l * NT;
+        if (e < BM * BK) ra[l] = load_a(e / BK, k1 + e % BK);
+      }
+      for (uint l = 0; l < LOADS_B; ++l) {
+        const uint e = tid + l * NT;
+        if (e < BN * BK) rb[l] = load_b(e / BK, k1 + e % BK);
+      }
+    }
     for (uint kk = 0; kk < BK; ++kk) {
       scalar4 a[TM / 4], b[TN / 4];
       for (uint i = 0; i < TM / 4; ++i) a[i] = As[kk * BM4 + i * WY + ty];

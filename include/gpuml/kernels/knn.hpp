@@ -368,8 +368,9 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
   if (cpu) b.list_rows = std::min(b.list_rows, 32 * BN);
   if (b.list_rows * b.list_splits > nb) return one;
   b.list_stride = b.list_splits > 1 ? (nb - b.list_rows) / (b.list_splits - 1) : b.list_rows;
-  // Few long heap splits: each pays a warm-up of about k insertions per query.
-  const std::uint64_t every = ceil_div(b.list_splits, 8);
+  // Few long heap splits (each pays a warm-up of about k insertions per query), but at least 1/F of the list
+  // pass's, so that about F x k pairs pass it.
+  const std::uint64_t every = std::min(fraction, ceil_div(b.list_splits, 8));
   b.splits = ceil_div(b.list_splits, every);
   b.stride = every * b.list_stride;
   b.rows = std::min(b.list_rows, ceil_div(ceil_div(sample / fraction, b.splits), BN) * BN);
