@@ -51,6 +51,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -381,10 +382,14 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
 
 }  // namespace knn_detail
 
-/// The device buffers of a search: queries, heaps, candidate lists, staging. Grown on demand and kept by a resident
-/// database between searches, since allocating them cost more than a small search's kernels (one lock per search).
+/// The buffers of a search: queries, heaps, candidate lists and staging on the device, the running k best per query
+/// on the host. Grown on demand and kept by a resident database between searches, since allocating them (and
+/// faulting in fresh host pages) cost more than a small search's kernels. One search at a time uses them.
+template <class T>
 struct KnnWorkspace {
   std::mutex mutex;
+  std::vector<std::pair<T, std::int64_t>> best;
+  std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
       readback, bound_v, bound_i, sample_listed;
 
@@ -435,13 +440,13 @@ class KnnDatabase {
   std::uint64_t rows() const noexcept { return rows_; }
   std::uint64_t cols() const noexcept { return cols_; }
   const std::vector<Block>& blocks() const noexcept { return blocks_; }
-  KnnWorkspace& workspace() const noexcept { return *workspace_; }
+  KnnWorkspace<T>& workspace() const noexcept { return *workspace_; }
 
  private:
   vulkan::Device* device_;
   std::uint64_t rows_, cols_;
   std::vector<Block> blocks_;
-  std::unique_ptr<KnnWorkspace> workspace_ = std::make_unique<KnnWorkspace>();
+  std::unique_ptr<KnnWorkspace<T>> workspace_ = std::make_unique<KnnWorkspace<T>>();
 };
 
 /// Device time of the last knn_search on this thread (GPU timestamps; negative where the queue has none).
@@ -531,40 +536,41 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu);
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
 
-  KnnWorkspace scratch;
-  KnnWorkspace& ws = resident ? resident->workspace() : scratch;
+  using Workspace = KnnWorkspace<T>;
+  Workspace scratch;
+  Workspace& ws = resident ? resident->workspace() : scratch;
   std::lock_guard ws_lock(ws.mutex);
   using vulkan::MemoryUse;
-  const auto& qbuf = KnnWorkspace::fit(device, ws.queries, mb_max * d * s);
-  const auto& qn = KnnWorkspace::fit(device, ws.query_norms, mb_max * s);
+  const auto& qbuf = Workspace::fit(device, ws.queries, mb_max * d * s);
+  const auto& qn = Workspace::fit(device, ws.query_norms, mb_max * s);
   // Heaps: one per query and split, or (with lists) only where a batch's lists overflow.
   auto heaps = [&] {
-    KnnWorkspace::fit(device, ws.heap_v, pl.splits * mb_max * k * s);
-    KnnWorkspace::fit(device, ws.heap_i, pl.splits * mb_max * k * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.heap_v, pl.splits * mb_max * k * s);
+    Workspace::fit(device, ws.heap_i, pl.splits * mb_max * k * sizeof(std::uint32_t));
   };
   if (slots) {
-    KnnWorkspace::fit(device, ws.list_v, mb_max * slots * s);
-    KnnWorkspace::fit(device, ws.list_i, mb_max * slots * sizeof(std::uint32_t));
-    KnnWorkspace::fit(device, ws.listed, mb_max * sizeof(std::uint32_t));
-    KnnWorkspace::fit(device, ws.out_v, mb_max * k * s);  // the gathered k best per query
-    KnnWorkspace::fit(device, ws.out_i, mb_max * k * sizeof(std::uint32_t));
-    KnnWorkspace::fit(device, ws.bound_v, mb_max * k * s);  // the list sample's k best per query
-    KnnWorkspace::fit(device, ws.bound_i, mb_max * k * sizeof(std::uint32_t));
-    KnnWorkspace::fit(device, ws.sample_listed, mb_max * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.list_v, mb_max * slots * s);
+    Workspace::fit(device, ws.list_i, mb_max * slots * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.listed, mb_max * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.out_v, mb_max * k * s);  // the gathered k best per query
+    Workspace::fit(device, ws.out_i, mb_max * k * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.bound_v, mb_max * k * s);  // the list sample's k best per query
+    Workspace::fit(device, ws.bound_i, mb_max * k * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.sample_listed, mb_max * sizeof(std::uint32_t));
   } else {
     heaps();
   }
   if (first_sample.splits) {
-    KnnWorkspace::fit(device, ws.sample_v, first_sample.splits * mb_max * k * s);
-    KnnWorkspace::fit(device, ws.sample_i, first_sample.splits * mb_max * k * sizeof(std::uint32_t));
+    Workspace::fit(device, ws.sample_v, first_sample.splits * mb_max * k * s);
+    Workspace::fit(device, ws.sample_i, first_sample.splits * mb_max * k * sizeof(std::uint32_t));
   }
   // Staging where the device's buffers are not mapped: the queries in, and the counts and k best per query out
   // (copied within the search's own submission).
   const bool staged = qbuf.mapped() == nullptr;
   const std::uint64_t out_bytes = mb_max * k * (s + sizeof(std::uint32_t)) + 2 * mb_max * sizeof(std::uint32_t);
   if (staged) {
-    KnnWorkspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
-    KnnWorkspace::fit(device, ws.readback, out_bytes, MemoryUse::readback);
+    Workspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
+    Workspace::fit(device, ws.readback, out_bytes, MemoryUse::readback);
   }
   const auto metric_code = knn_metric_code(metric);
   const auto& kernel = device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code)});
@@ -579,10 +585,12 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
 
   // Running k best per query, merged from every database block; (value, index) ordered.
   using Cand = std::pair<T, Index>;
-  std::vector<Cand> best(static_cast<std::size_t>(m) * k);
-  std::vector<int> best_count(static_cast<std::size_t>(m), 0);
-  std::vector<T> vals(mb_max * k);
-  std::vector<std::uint32_t> idx(mb_max * k), counts(mb_max);
+  static_assert(std::is_same_v<Cand, typename decltype(ws.best)::value_type>);
+  auto& best = ws.best;
+  auto& best_count = ws.best_count;
+  best.resize(static_cast<std::size_t>(m) * k);
+  best_count.assign(static_cast<std::size_t>(m), 0);
+  std::vector<std::uint32_t> counts(mb_max);
   trace("setup");
 
   vulkan::Commands cmds(device, 4);
@@ -730,12 +738,11 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         heap_pass(bound);
         trace("heaps submit+wait");
       }
-      const std::uint64_t entries = mb * k;
       const void* v = staged ? ws.readback.mapped() : (from_lists ? ws.out_v : ws.heap_v).mapped();
       const void* i = staged ? static_cast<const char*>(ws.readback.mapped()) + mb_max * k * s
                              : (from_lists ? ws.out_i : ws.heap_i).mapped();
-      std::memcpy(vals.data(), v, entries * s);
-      std::memcpy(idx.data(), i, entries * sizeof(std::uint32_t));
+      const T* vals = static_cast<const T*>(v);  // read in place, in mapped memory
+      const auto* idx = static_cast<const std::uint32_t*>(i);
       trace("downloads");
 
       // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best.
