@@ -36,6 +36,8 @@
 #include <gpuml/shaders/knn_merge_f64.hpp>
 #include <gpuml/shaders/knn_gather_f32.hpp>
 #include <gpuml/shaders/knn_gather_f64.hpp>
+#include <gpuml/shaders/knn_scan_f32.hpp>
+#include <gpuml/shaders/knn_scan_f64.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
@@ -218,17 +220,32 @@ struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
+  static vulkan::ShaderCode scan() { return {shaders::knn_scan_f32, std::size(shaders::knn_scan_f32), "knn_scan_f32"}; }
 };
 template <>
 struct KnnShaders<double> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f64, std::size(shaders::knn_select_f64), "knn_select_f64"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f64, std::size(shaders::knn_merge_f64), "knn_merge_f64"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f64, std::size(shaders::knn_gather_f64), "knn_gather_f64"}; }
+  static vulkan::ShaderCode scan() { return {shaders::knn_scan_f64, std::size(shaders::knn_scan_f64), "knn_scan_f64"}; }
 };
 
 /// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
 /// threads per workgroup (one workgroup per query).
 inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGatherThreads = 256;
+
+/// The scan kernel (shaders/knn_scan.comp), which replaces the tiled kernel's list passes for d <= kKnnScanMaxD:
+/// threads per workgroup, the workgroups a pass aims for on GPUs, the rows of a chunk on CPU devices (llvmpipe's
+/// loop limit: about 100 loop iterations per row at most). GPUML_KNN_SCAN=0 turns it off, for sweeps.
+inline constexpr std::uint32_t kKnnScanThreads = 64, kKnnScanMaxD = 32, kKnnScanGroups = 8192, kKnnScanCpuRows = 512;
+
+inline bool knn_scan_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("GPUML_KNN_SCAN");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
 
 namespace knn_detail {
 
@@ -359,7 +376,7 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 /// only about 1/F^2 of the block, in at most 8 splits, and the list pass 1/F in as many splits as the search (it has
 /// no warm-up to pay), each of 8 tiles or more. One level where the block is too small for two.
 inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
-                                             std::uint64_t k, bool cpu) {
+                                             std::uint64_t k, bool cpu, std::uint64_t batch_queries) {
   const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true);
   if (!one.splits) return one;
   const std::uint64_t BN = tile.block_rows(), fraction = knn_sample_fraction(), sample = nb / fraction;
@@ -369,9 +386,11 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
   if (cpu) b.list_rows = std::min(b.list_rows, 32 * BN);
   if (b.list_rows * b.list_splits > nb) return one;
   b.list_stride = b.list_splits > 1 ? (nb - b.list_rows) / (b.list_splits - 1) : b.list_rows;
-  // Few long heap splits (each pays a warm-up of about k insertions per query), but at least 1/F of the list
-  // pass's, so that about F x k pairs pass it.
-  const std::uint64_t every = std::min(fraction, ceil_div(b.list_splits, 8));
+  // Few long heap splits (each pays a warm-up of about k insertions per query): about 256 workgroups, at most 8
+  // splits, but at least 1/F of the list pass's, so that about F x k pairs pass it.
+  const std::uint64_t query_tiles = ceil_div(batch_queries, tile.block_queries());
+  const std::uint64_t want = std::max(ceil_div(b.list_splits, fraction), std::min<std::uint64_t>(8, ceil_div(256, query_tiles)));
+  const std::uint64_t every = std::max<std::uint64_t>(1, b.list_splits / want);
   b.splits = ceil_div(b.list_splits, every);
   b.stride = every * b.list_stride;
   b.rows = std::min(b.list_rows, ceil_div(ceil_div(sample / fraction, b.splits), BN) * BN);
@@ -533,8 +552,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   }
   auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0);
   if (!first_sample.splits) slots = 0;
-  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu);
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
+  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max);
 
   using Workspace = KnnWorkspace<T>;
   Workspace scratch;
@@ -577,6 +596,14 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
   const vulkan::Kernel* appender = nullptr;
   const vulkan::Kernel* gather = nullptr;
+  const vulkan::Kernel* scanner = nullptr;
+  // The scan kernel's shape: features held per query (a multiple of 4) and queries per thread (64 registers).
+  const auto scan_dmax = static_cast<std::uint32_t>((d + 3) / 4 * 4);
+  const std::uint32_t scan_tq = std::clamp<std::uint32_t>(64 / scan_dmax, 1, 8);
+  if (slots && d <= kKnnScanMaxD && knn_scan_enabled()) {
+    scanner = &device.kernel({KnnShaders<T>::scan(), 8, 9 * sizeof(std::uint32_t),
+                              {kKnnScanThreads, scan_tq, scan_dmax, metric_code, d % 4 == 0 ? 1u : 0u}});
+  }
   if (slots) {
     appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
     gather = &device.kernel({KnnShaders<T>::gather(), 5, 3 * sizeof(std::uint32_t),
@@ -655,7 +682,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
           std::fprintf(stderr, "TRACE device sample %.3f main %.3f gather %.3f ms\n", cmds.elapsed_ms(0, 1),
                        cmds.elapsed_ms(1, 2), cmds.elapsed_ms(2, 3));
       };
-      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu)
+      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max)
                                 : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
@@ -678,12 +705,30 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         knn_last_sample_rows() += sample.splits * sample.rows;
       }
+      // A list pass over n_splits splits of split_rows rows, stride apart: the scan kernel where it applies (each
+      // split cut into chunks), else the tiled kernel.
+      auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
+                           const vulkan::Buffer& from_bound, const vulkan::Buffer& listed) {
+        if (scanner) {
+          const std::uint64_t query_groups = ceil_div(mb, std::uint64_t(kKnnScanThreads) * scan_tq);
+          std::uint64_t chunks = cpu ? ceil_div(split_rows, kKnnScanCpuRows)
+                                     : std::min(ceil_div(split_rows, 256), ceil_div(kKnnScanGroups, query_groups * n_splits));
+          chunks = std::max<std::uint64_t>(1, std::min<std::uint64_t>(chunks, device.info().max_workgroup_count[1] / n_splits));
+          const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                         std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride),
+                                         std::uint32_t(chunks), std::uint32_t(slots)};
+          cmds.dispatch(*scanner, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
+                        static_cast<std::uint32_t>(query_groups), static_cast<std::uint32_t>(n_splits * chunks));
+          return;
+        }
+        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
+                                       std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride), 1u,
+                                       std::uint32_t(slots)};
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
+                      query_tiles, static_cast<std::uint32_t>(n_splits));
+      };
       if (list_sample) {
-        const std::uint32_t lpush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                        std::uint32_t(sample.list_rows), std::uint32_t(b0), std::uint32_t(sample.list_stride),
-                                        1u, std::uint32_t(slots)};
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, ws.sample_v, ws.sample_listed},
-                      lpush, query_tiles, static_cast<std::uint32_t>(sample.list_splits));
+        list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, ws.sample_listed);
         cmds.barrier();
         gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
         cmds.barrier();
@@ -707,11 +752,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       };
       bool from_lists = false;
       if (lists) {
-        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                       std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows), 1u,
-                                       std::uint32_t(slots)};
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, bound, ws.listed}, push,
-                      query_tiles, static_cast<std::uint32_t>(splits));
+        list_pass(splits, pl.split_rows, pl.split_rows, bound, ws.listed);
         cmds.timestamp(2);
         cmds.barrier();
         gather_lists(ws.listed, ws.out_v, ws.out_i);
