@@ -36,8 +36,6 @@
 #include <gpuml/shaders/knn_merge_f64.hpp>
 #include <gpuml/shaders/knn_gather_f32.hpp>
 #include <gpuml/shaders/knn_gather_f64.hpp>
-#include <gpuml/shaders/knn_scan_f32.hpp>
-#include <gpuml/shaders/knn_scan_f64.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
@@ -220,32 +218,17 @@ struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
-  static vulkan::ShaderCode scan() { return {shaders::knn_scan_f32, std::size(shaders::knn_scan_f32), "knn_scan_f32"}; }
 };
 template <>
 struct KnnShaders<double> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f64, std::size(shaders::knn_select_f64), "knn_select_f64"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f64, std::size(shaders::knn_merge_f64), "knn_merge_f64"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f64, std::size(shaders::knn_gather_f64), "knn_gather_f64"}; }
-  static vulkan::ShaderCode scan() { return {shaders::knn_scan_f64, std::size(shaders::knn_scan_f64), "knn_scan_f64"}; }
 };
 
 /// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
 /// threads per workgroup (one workgroup per query).
 inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGatherThreads = 256;
-
-/// The scan kernel (shaders/knn_scan.comp), which replaces the tiled kernel's list passes for d <= kKnnScanMaxD:
-/// threads per workgroup, the workgroups a pass aims for on GPUs, the rows of a chunk on CPU devices (llvmpipe's
-/// loop limit: about 100 loop iterations per row at most). GPUML_KNN_SCAN=0 turns it off, for sweeps.
-inline constexpr std::uint32_t kKnnScanThreads = 64, kKnnScanMaxD = 32, kKnnScanGroups = 8192, kKnnScanCpuRows = 512;
-
-inline bool knn_scan_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("GPUML_KNN_SCAN");
-    return !(env && std::string(env) == "0");
-  }();
-  return on;
-}
 
 namespace knn_detail {
 
@@ -596,14 +579,6 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
   const vulkan::Kernel* appender = nullptr;
   const vulkan::Kernel* gather = nullptr;
-  const vulkan::Kernel* scanner = nullptr;
-  // The scan kernel's shape: features held per query (a multiple of 4) and queries per thread (64 registers).
-  const auto scan_dmax = static_cast<std::uint32_t>((d + 3) / 4 * 4);
-  const std::uint32_t scan_tq = std::clamp<std::uint32_t>(64 / scan_dmax, 1, 8);
-  if (slots && d <= kKnnScanMaxD && knn_scan_enabled()) {
-    scanner = &device.kernel({KnnShaders<T>::scan(), 8, 9 * sizeof(std::uint32_t),
-                              {kKnnScanThreads, scan_tq, scan_dmax, metric_code, d % 4 == 0 ? 1u : 0u}});
-  }
   if (slots) {
     appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
     gather = &device.kernel({KnnShaders<T>::gather(), 5, 3 * sizeof(std::uint32_t),
@@ -705,22 +680,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         knn_last_sample_rows() += sample.splits * sample.rows;
       }
-      // A list pass over n_splits splits of split_rows rows, stride apart: the scan kernel where it applies (each
-      // split cut into chunks), else the tiled kernel.
+      // A list pass over n_splits splits of split_rows rows, stride apart.
       auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
                            const vulkan::Buffer& from_bound, const vulkan::Buffer& listed) {
-        if (scanner) {
-          const std::uint64_t query_groups = ceil_div(mb, std::uint64_t(kKnnScanThreads) * scan_tq);
-          std::uint64_t chunks = cpu ? ceil_div(split_rows, kKnnScanCpuRows)
-                                     : std::min(ceil_div(split_rows, 256), ceil_div(kKnnScanGroups, query_groups * n_splits));
-          chunks = std::max<std::uint64_t>(1, std::min<std::uint64_t>(chunks, device.info().max_workgroup_count[1] / n_splits));
-          const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                         std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride),
-                                         std::uint32_t(chunks), std::uint32_t(slots)};
-          cmds.dispatch(*scanner, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
-                        static_cast<std::uint32_t>(query_groups), static_cast<std::uint32_t>(n_splits * chunks));
-          return;
-        }
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride), 1u,
                                        std::uint32_t(slots)};
