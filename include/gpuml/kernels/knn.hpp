@@ -36,7 +36,6 @@
 #include <gpuml/shaders/knn_merge_f64.hpp>
 #include <gpuml/shaders/knn_gather_f32.hpp>
 #include <gpuml/shaders/knn_gather_f64.hpp>
-#include <gpuml/shaders/knn_filter_coop_f32.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
@@ -219,9 +218,6 @@ struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
-  static vulkan::ShaderCode filter_coop() {
-    return {shaders::knn_filter_coop_f32, std::size(shaders::knn_filter_coop_f32), "knn_filter_coop_f32"};
-  }
 };
 template <>
 struct KnnShaders<double> {
@@ -233,19 +229,6 @@ struct KnnShaders<double> {
 /// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
 /// threads per workgroup (one workgroup per query).
 inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGatherThreads = 256;
-
-/// The cooperative-matrix list kernel (shaders/knn_filter_coop.comp): queries per workgroup, largest d. It runs the
-/// list passes of float32 euclidean and squared euclidean searches on devices with VkDeviceInfo::coop_matrix_f16;
-/// GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
-inline constexpr std::uint32_t kKnnCoopQueries = 64, kKnnCoopMaxD = 128;
-
-inline bool knn_coop_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("GPUML_KNN_COOP");
-    return !(env && std::string(env) == "0");
-  }();
-  return on;
-}
 
 namespace knn_detail {
 
@@ -596,13 +579,6 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
   const vulkan::Kernel* appender = nullptr;
   const vulkan::Kernel* gather = nullptr;
-  const vulkan::Kernel* coop = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    const auto& info = device.info();
-    if (slots && metric_code == 0 && info.coop_matrix_f16 && d <= Index(kKnnCoopMaxD) && knn_coop_enabled())
-      coop = &device.kernel({KnnShaders<T>::filter_coop(), 8, 9 * sizeof(std::uint32_t), {d % 4 == 0 ? 1u : 0u},
-                             info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
-  }
   if (slots) {
     appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
     gather = &device.kernel({KnnShaders<T>::gather(), 5, 3 * sizeof(std::uint32_t),
@@ -710,11 +686,6 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride), 1u,
                                        std::uint32_t(slots)};
-        if (coop) {
-          cmds.dispatch(*coop, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
-                        static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          return;
-        }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
                       query_tiles, static_cast<std::uint32_t>(n_splits));
       };

@@ -32,7 +32,6 @@ namespace gpuml::vulkan {
   X(vkGetPhysicalDeviceMemoryProperties)     \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkEnumerateDeviceExtensionProperties)    \
-  X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) \
   X(vkCreateDevice)                          \
   X(vkGetDeviceProcAddr)                     \
   X(vkCreateDebugUtilsMessengerEXT)          \
