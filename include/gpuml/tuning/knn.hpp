@@ -71,7 +71,8 @@ inline std::uint64_t knn_queries(const vulkan::DeviceInfo& device, KnnShape s) {
 }
 
 /// Candidate tiles, the catalogue's first. GPUs: tiles of 64 to 128 queries x 64 to 128 rows (and 64 x 64 for
-/// float64), two feature steps, four target workgroup counts (large k pays a warm-up per split). CPU devices:
+/// float64), two feature steps, four target workgroup counts (searches with candidate lists pay no warm-up per
+/// split, and take many). CPU devices:
 /// a handful of small tiles (llvmpipe's loop limit; groups matter little there, the kernel caps the splits).
 inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, const std::string& shape) {
   knn_representative(shape);  // checks the name
@@ -83,10 +84,10 @@ inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, cons
                             KnnTileParams{16, 8, 8, 8, 8}, KnnTileParams{8, 16, 8, 8, 8}})
       tiles.push_back(t);
   } else {
-    const std::uint32_t shapes[][4] = {{16, 16, 8, 8}, {16, 8, 8, 8}, {16, 16, 4, 8}, {8, 16, 8, 8}, {16, 16, 8, 4}};
+    const std::uint32_t shapes[][4] = {{16, 16, 8, 8}, {16, 16, 4, 8}, {16, 16, 4, 4}, {16, 8, 8, 8}, {8, 16, 8, 8}};
     for (auto [wx, wy, tm, tn] : shapes)
       for (std::uint32_t bk : {8u, 16u})
-        for (std::uint32_t groups : {512u, 1024u, 2048u, 4096u}) tiles.push_back({wx, wy, tm, tn, bk, groups});
+        for (std::uint32_t groups : {1024u, 2048u, 4096u, 8192u}) tiles.push_back({wx, wy, tm, tn, bk, groups});
     tiles.push_back({8, 8, 8, 8, 16});
   }
   std::set<Params> seen;
