@@ -343,8 +343,9 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   // Measured no faster with the sample and heaps (H200, lavapipe): small k, which warms up in a few tiles, and
   // searches of a few splits (10k x 128 at k = 100 on lavapipe, 3 splits: 92 ms with the pass, 86 without). With
-  // lists it pays at any k (H200, 1M x 128, 10k queries, k = 10: 97 ms of kernels against 131 with heaps).
-  if ((!lists && k <= 32) || pl.splits < 8 || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
+  // lists it pays at any k and any number of splits (H200, 1M x 128, 10k queries, k = 10: 97 ms of kernels against
+  // 131 with heaps; k = 100 with 6 splits: 196 ms with heaps, about 100 with lists).
+  if ((!lists && (k <= 32 || pl.splits < 8)) || sample < std::max<std::uint64_t>(4 * k, 4 * BN)) return {};
   std::uint64_t splits = std::min<std::uint64_t>(8, sample / (4 * BN));
   if (cpu) splits = std::max(splits, ceil_div(sample, 32 * BN));
   splits = std::max<std::uint64_t>(1, std::min(splits, pl.splits));
