@@ -3,13 +3,21 @@
 //
 // Work split. The database is processed in blocks that fit one storage-buffer binding (and a quarter of the
 // device's memory), the queries in batches that fit one binding and the dispatch limits. Within a (block, batch)
-// pair the select kernel runs a grid of query tiles x database splits; every workgroup keeps, for each of its
-// queries, the k best (value, index) pairs of its split in a bounded heap in the output buffers. The splits exist
-// so that a few queries against a large database still fill the device; on a large block a first pass over a
-// sample of it (1/16 of its rows, spread over the block) finds each query's k-th best value there, and every split
-// starts from that bound instead of an empty heap (knn_detail::bound_sample). A merge kernel then folds the splits'
-// heaps into split 0's, 8 at a time per pass, and only n_queries x k pairs are downloaded; those of successive
-// database blocks are merged on the host into one running list per query, which is finished exactly as
+// pair the select kernel runs a grid of query tiles x database splits; the splits exist so that a few queries
+// against a large database still fill the device.
+//
+// Bounded searches with candidate lists (the usual case: k up to 128 with 48 KiB of shared memory, 64 with 32 KiB;
+// knn_detail::append_slots). A heap pass over about 1/256 of the block (a few splits, each keeping the k best per
+// query in a bounded heap; merged) bounds a list pass over 1/16 of it, spread over the block and containing the
+// first; knn_gather.comp sorts that pass's lists, and its k-th best value per query, about the 16 k-th best of the
+// block, bounds the whole block's list pass. Every pair at most its query's bound is appended to the query's list
+// (about 16 k of them), and knn_gather.comp keeps the k best of each list (knn_detail::bound_sample_for_lists).
+// A list that overflows (thousands of pairs tied at a bound) sends its batch to the heap pass, from the bounds
+// that hold. Heaps otherwise: every workgroup keeps the k best pairs of its split in a bounded heap, started from a
+// sample's bound for k > 32 on large blocks (knn_detail::bound_sample), and a merge kernel folds the splits' heaps
+// into split 0's, 8 at a time per pass. Either way only n_queries x k pairs come back (copied within the search's
+// submission); those of successive database blocks are merged on the host into one running list per query,
+// which is finished exactly as
 // host::knn_search finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
 // engine's fixed order (exact duplicates at distance exactly 0, the cosine zero-vector rule), sorted by
 // (value, index), euclidean = sqrt(max(d2, 0)), inner product negated back to a similarity (descending).
@@ -17,6 +25,9 @@
 // Selection values are formed by one FMA chain over the features for every (query, row) pair, so identical rows
 // get identical values and ties go to the lower index; the kept set does not depend on the tiling, the splits or
 // the batching. Against the host engine the selected sets agree wherever values differ by more than rounding.
+//
+// A resident database (KnnDatabase) keeps the search's buffers between searches (KnnWorkspace): device memory of
+// about n_queries x (k + slots) pairs stays allocated until the database is destroyed.
 //
 // Limits: 1 <= k <= Policy::max_k (2048 by default); larger k, float64 on a device without shaderFloat64, a
 // policy the device cannot run or one row larger than a binding throw gpuml::unsupported (the estimators then
@@ -292,9 +303,9 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
 /// The sample pass that bounds a block's search (shaders/knn_select.comp, "Bounds"): about 1/16 of the block's
 /// rows, in up to 8 splits spread evenly over it (at most 32 tiles each on CPU devices). Its k-th best value per
 /// query starts every split of the real pass with a full heap, so splits no longer pay a warm-up of about k
-/// insertions per query each. None (splits = 0) for k <= 32, where the search has fewer than 8 splits, or where
-/// the sample would be small against k or the tile. GPUML_KNN_SAMPLE=F samples 1/F of the block instead (0: no
-/// sample pass), for sweeps.
+/// insertions per query each, or bounds the candidate lists. None (splits = 0) where the sample would be small
+/// against k or the tile, and with heaps for k <= 32 or searches of fewer than 8 splits. GPUML_KNN_SAMPLE=F samples
+/// 1/F of the block instead (0: no sample pass, hence no lists), for sweeps.
 struct KnnBoundSample {
   std::uint64_t splits = 0, rows = 0, stride = 0;  // split s covers rows [s * stride, s * stride + rows)
   // With candidate lists, two levels: the heap pass above covers a 1/F of a list pass over list_splits splits of
