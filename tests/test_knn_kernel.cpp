@@ -255,6 +255,29 @@ TYPED_TEST(KnnKernel, CandidateListsMatchTheReference) {
     }
 }
 
+TYPED_TEST(KnnKernel, ResidentDatabaseReusesItsBuffers) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // One resident database, searches of growing and shrinking batches and k (lists and heaps, the workspace grown
+  // and then reused with stale contents): each as the host engine finds it, and as a search without the resident
+  // copy (fresh buffers) finds it.
+  const Matrix<T> db = random_matrix<T>(70001, 5, 71);
+  const gpuml::kernels::KnnDatabase<T> resident(*device, db);
+  struct Search {
+    Eigen::Index m;
+    int k;
+  };
+  for (const Search s : {Search{37, 40}, Search{300, 5}, Search{11, 100}, Search{37, 40}, Search{5, 64}}) {
+    SCOPED_TRACE("m=" + std::to_string(s.m) + " k=" + std::to_string(s.k));
+    const Matrix<T> q = random_matrix<T>(s.m, 5, 72 + s.m + s.k);
+    const auto got = gpuml::kernels::knn_search<T>(*device, db, q, s.k, Metric::sqeuclidean, &resident);
+    const auto fresh = gpuml::kernels::knn_search<T>(*device, db, q, s.k, Metric::sqeuclidean);
+    EXPECT_EQ(got.indices, fresh.indices);
+    EXPECT_EQ(got.distances, fresh.distances);
+    expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, s.k, Metric::sqeuclidean), Metric::sqeuclidean);
+  }
+}
+
 TYPED_TEST(KnnKernel, CosineOfZeroVectorIsOne) {
   using T = TypeParam;
   REQUIRE_DEVICE();
