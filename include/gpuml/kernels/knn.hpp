@@ -591,6 +591,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                              {kKnnGatherThreads, static_cast<std::uint32_t>(slots)}});
   }
 
+  // The metrics whose values the finish recomputes (and then sorts).
+  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
   // Running k best per query, merged from every database block; (value, index) ordered.
   using Cand = std::pair<T, Index>;
   static_assert(std::is_same_v<Cand, typename decltype(ws.best)::value_type>);
@@ -741,7 +743,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       const T* vals = static_cast<const T*>(v);  // read in place, in mapped memory
       const auto* idx = static_cast<const std::uint32_t*>(i);
 
-      // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best.
+      // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best. The first
+      // block's pairs are all kept, unsorted where the finish sorts them anyway.
+      const bool sort_now = blk > 0 || !recompute;
       parallel_chunks(static_cast<std::int64_t>(mb), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {
         std::vector<Cand> cand;
         for (std::int64_t lq = qb; lq < qe; ++lq) {
@@ -751,7 +755,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
           for (int c = 0; c < k; ++c)
             if (idx[off + c] != UINT32_MAX) cand.emplace_back(vals[off + c], static_cast<Index>(idx[off + c]));
           const std::size_t keep = std::min<std::size_t>(cand.size(), static_cast<std::size_t>(k));
-          std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
+          if (sort_now) std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
           std::copy_n(cand.begin(), keep, best.begin() + q * k);
           best_count[q] = static_cast<int>(keep);
         }
@@ -760,7 +764,6 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   }
 
   // Finish as the host engine does: exact values for the metrics it recomputes, sort, convert.
-  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
   for (int c : best_count)
     if (c != k) throw error("knn_search: the device returned fewer than k neighbours for a query");
   parallel_chunks(m, 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
