@@ -55,7 +55,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -525,12 +524,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   auto pl = knn_detail::plan<T, Policy>(device, tile, nb_first, m, d, k);
   // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
-  std::uint64_t slots = 0;
-  if constexpr (requires { Policy::candidate_lists; }) {
-    if (Policy::candidate_lists) slots = knn_detail::append_slots<T>(device.info(), k);
-  } else {
-    slots = knn_detail::append_slots<T>(device.info(), k);
-  }
+  bool lists_allowed = true;
+  if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
+  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
@@ -573,12 +569,13 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     Workspace::fit(device, ws.sample_i, first_sample.splits * mb_max * k * sizeof(std::uint32_t));
   }
   // Staging where the device's buffers are not mapped: the queries in, and the counts and k best per query out
-  // (copied within the search's own submission).
+  // (copied within the search's own submission): values, indices, the search's list counts, the sample's.
   const bool staged = qbuf.mapped() == nullptr;
-  const std::uint64_t out_bytes = mb_max * k * (s + sizeof(std::uint32_t)) + 2 * mb_max * sizeof(std::uint32_t);
+  const std::uint64_t rb_idx = mb_max * k * s, rb_listed = rb_idx + mb_max * k * sizeof(std::uint32_t),
+                      rb_sample_listed = rb_listed + mb_max * sizeof(std::uint32_t);
   if (staged) {
     Workspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
-    Workspace::fit(device, ws.readback, out_bytes, MemoryUse::readback);
+    Workspace::fit(device, ws.readback, rb_sample_listed + mb_max * sizeof(std::uint32_t), MemoryUse::readback);
   }
   const auto metric_code = knn_metric_code(metric);
   const auto& kernel = device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code)});
@@ -600,7 +597,6 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   auto& best_count = ws.best_count;
   best.resize(static_cast<std::size_t>(m) * k);
   best_count.assign(static_cast<std::size_t>(m), 0);
-  std::vector<std::uint32_t> counts(mb_max);
 
   vulkan::Commands cmds(device, 2);
   const std::uint64_t n_batches = ceil_div(m, mb_max);
@@ -618,11 +614,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       cmds.reset();
       if (new_queries) {
         // Rows q0 .. q0 + mb of the queries, packed, straight into mapped memory.
-        T* dst = static_cast<T*>(staged ? ws.upload.mapped() : qbuf.mapped());
-        parallel_chunks(static_cast<std::int64_t>(mb), 1024, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-          for (std::int64_t r = b; r < e; ++r)
-            for (Index f = 0; f < d; ++f) dst[r * d + f] = queries(static_cast<Index>(q0) + r, f);
-        });
+        vulkan::pack_rows<T>(queries, static_cast<Index>(q0), static_cast<Index>(q0 + mb),
+                             static_cast<T*>(staged ? ws.upload.mapped() : qbuf.mapped()));
         if (staged) {
           cmds.copy(ws.upload, 0, qbuf, 0, mb * d * s);
           cmds.barrier();
@@ -647,10 +640,10 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         if (staged) {
           cmds.copy(v, 0, ws.readback, 0, mb * k * s);
-          cmds.copy(i, 0, ws.readback, mb_max * k * s, mb * k * sizeof(std::uint32_t));
+          cmds.copy(i, 0, ws.readback, rb_idx, mb * k * sizeof(std::uint32_t));
           if (with_counts) {
-            cmds.copy(ws.listed, 0, ws.readback, mb_max * k * (s + 4), mb * sizeof(std::uint32_t));
-            cmds.copy(ws.sample_listed, 0, ws.readback, mb_max * (k * (s + 4) + 4), mb * sizeof(std::uint32_t));
+            cmds.copy(ws.listed, 0, ws.readback, rb_listed, mb * sizeof(std::uint32_t));
+            cmds.copy(ws.sample_listed, 0, ws.readback, rb_sample_listed, mb * sizeof(std::uint32_t));
           }
         }
         cmds.host_barrier();
@@ -722,12 +715,12 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         // Overflowed lists (many pairs tied at a bound): the list sample's, whose bounds are then unusable, or the
         // search's. Heaps for this batch then, from the bounds that hold.
         auto overflowed = [&](const vulkan::Buffer& listed, std::uint64_t at) {
-          const void* c = staged ? static_cast<const char*>(ws.readback.mapped()) + at : listed.mapped();
-          std::memcpy(counts.data(), c, mb * sizeof(std::uint32_t));
-          return std::any_of(counts.begin(), counts.begin() + mb, [&](std::uint32_t n_listed) { return n_listed > slots; });
+          const auto* c = static_cast<const std::uint32_t*>(
+              staged ? static_cast<const void*>(static_cast<const char*>(ws.readback.mapped()) + at) : listed.mapped());
+          return std::any_of(c, c + mb, [&](std::uint32_t n_listed) { return n_listed > slots; });
         };
-        const bool sample_overflow = list_sample && overflowed(ws.sample_listed, mb_max * (k * (s + 4) + 4));
-        from_lists = !sample_overflow && !overflowed(ws.listed, mb_max * k * (s + 4));
+        const bool sample_overflow = list_sample && overflowed(ws.sample_listed, rb_sample_listed);
+        from_lists = !sample_overflow && !overflowed(ws.listed, rb_listed);
         ++(from_lists ? knn_last_list_batches() : knn_last_list_overflows());
         if (!from_lists) {
           cmds.reset();
@@ -738,7 +731,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         heap_pass(bound);
       }
       const void* v = staged ? ws.readback.mapped() : (from_lists ? ws.out_v : ws.heap_v).mapped();
-      const void* i = staged ? static_cast<const char*>(ws.readback.mapped()) + mb_max * k * s
+      const void* i = staged ? static_cast<const char*>(ws.readback.mapped()) + rb_idx
                              : (from_lists ? ws.out_i : ws.heap_i).mapped();
       const T* vals = static_cast<const T*>(v);  // read in place, in mapped memory
       const auto* idx = static_cast<const std::uint32_t*>(i);
@@ -774,19 +767,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       if (recompute) {
         const T* qr = queries.row(i).data();
         const T qsq = metric == Metric::cosine ? host::knn_detail::dot_fixed(qr, qr, d) : T(0);
-        // The rows are scattered over the database: ask for a few ahead, so their cache misses overlap.
-        constexpr std::size_t kAhead = 8;
-        auto prefetch = [&](std::size_t c) {
-#if defined(__GNUC__) || defined(__clang__)
-          if (c >= cand.size()) return;
-          const char* row = reinterpret_cast<const char*>(database.row(cand[c].second).data());
-          for (std::size_t b = 0; b < d * sizeof(T); b += 64) __builtin_prefetch(row + b);
-#endif
-        };
-        for (std::size_t c = 0; c < kAhead; ++c) prefetch(c);
-        for (std::size_t c = 0; c < cand.size(); ++c) {
-          prefetch(c + kAhead);
-          auto& [v, j] = cand[c];
+        for (auto& [v, j] : cand) {
           const T* x = database.row(j).data();
           v = metric == Metric::cosine ? host::knn_detail::cosine_exact(qr, x, d, qsq, host::knn_detail::dot_fixed(x, x, d))
                                        : host::knn_detail::sqdist_fixed(qr, x, d);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace gpuml::vulkan {
@@ -89,19 +90,38 @@ inline void download(Device& device, const Buffer& src, VkDeviceSize offset, voi
   }
 }
 
+/// Rows [row_begin, row_end) of a row-major view, packed contiguously at `dst` in the scalar type Scalar (one
+/// memcpy where the view already is contiguous in that type).
+template <class Scalar, class View>
+void pack_rows(const View& X, Eigen::Index row_begin, Eigen::Index row_end, Scalar* dst) {
+  const Eigen::Index rows = row_end - row_begin, cols = X.cols();
+  using Source = std::remove_cv_t<typename View::Scalar>;
+  const bool contiguous = X.innerStride() == 1 && (X.outerStride() == cols || rows == 1);
+  if constexpr (std::is_same_v<Source, Scalar>) {
+    if (contiguous) {
+      transfer_detail::copy_bytes(dst, X.data() + row_begin * X.outerStride(), sizeof(Scalar) * rows * cols);
+      return;
+    }
+  }
+  parallel_chunks(rows, 1024, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (Eigen::Index i = b; i < e; ++i)
+      for (Eigen::Index j = 0; j < cols; ++j) dst[i * cols + j] = static_cast<Scalar>(X(row_begin + i, j));
+  });
+}
+
 /// Copies rows [row_begin, row_end) of a row-major view into a buffer, contiguously, in the buffer's scalar type.
 template <class Scalar, class View>
 void upload_rows(Device& device, const Buffer& dst, VkDeviceSize offset, const View& X, Eigen::Index row_begin,
                  Eigen::Index row_end) {
   const Eigen::Index rows = row_end - row_begin, cols = X.cols();
+  using Source = std::remove_cv_t<typename View::Scalar>;
   const bool contiguous = X.innerStride() == 1 && (X.outerStride() == cols || rows == 1);
-  if (contiguous) {
+  if (std::is_same_v<Source, Scalar> && contiguous) {
     upload(device, dst, offset, X.data() + row_begin * X.outerStride(), sizeof(Scalar) * rows * cols);
     return;
   }
   std::vector<Scalar> packed(static_cast<std::size_t>(rows * cols));
-  for (Eigen::Index i = 0; i < rows; ++i)
-    for (Eigen::Index j = 0; j < cols; ++j) packed[i * cols + j] = X(row_begin + i, j);
+  pack_rows<Scalar>(X, row_begin, row_end, packed.data());
   upload(device, dst, offset, packed.data(), packed.size() * sizeof(Scalar));
 }
 
