@@ -106,12 +106,15 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     warmup_seconds = seconds_since(t0);
   }
   std::vector<double> times, device_ms;
+  std::uint64_t list_batches = 0, list_overflows = 0;
   std::optional<gpuml::KnnResult<T>> result;
   for (int r = 0; r < o.repeat; ++r) {
     t0 = Clock::now();
     auto res = search();
     times.push_back(seconds_since(t0));
     device_ms.push_back(gpuml::kernels::knn_last_device_ms());
+    list_batches += gpuml::kernels::knn_last_list_batches();
+    list_overflows += gpuml::kernels::knn_last_list_overflows();
     if (!result) result = std::move(res);
   }
   const double best = *std::min_element(times.begin(), times.end());
@@ -143,6 +146,9 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["search_seconds_all"] = times;
     // GPU time of the search kernels alone (timestamps), per repeat; null on the host backend.
     j["device_ms_all"] = backend.is_host() ? nlohmann::json() : nlohmann::json(device_ms);
+    // (block, query batch) searches finished from candidate lists, and those whose lists overflowed (all repeats).
+    j["list_batches"] = list_batches;
+    j["list_overflows"] = list_overflows;
     j["seconds"] = best;
     j["queries_per_second"] = qps;
     j["tflops"] = tflops;

@@ -6,10 +6,15 @@
 // descending array is a max-heap, so the output bounds a later search (knn_select.comp reads its first value) just
 // as merged heaps do. A list that overflowed its p.cap slots gets (-inf, none) pairs, which no value passes as a
 // bound (the host searches that batch again with heaps).
+//
+// EXACT = 1 (lists of knn_filter_coop.comp, squared euclidean): the lists hold database indices only, and each
+// pair's value is formed here exactly as knn_select.comp forms it, (|q|^2 + |x|^2) - 2 <q, x> with the dot product
+// one FMA chain over the features in order, so the sort sees the values knn_select.comp's lists would hold.
 #include "common.glsl"
 
 layout(constant_id = 0) const uint THREADS = 256;
 layout(constant_id = 1) const uint CAP = 4096;  // list slots that fit in shared memory (a power of two)
+layout(constant_id = 2) const uint EXACT = 0;
 layout(local_size_x_id = 0) in;
 
 const uint NONE = 0xffffffffu;
@@ -19,13 +24,37 @@ layout(std430, binding = 1) readonly buffer ListIdx { uint li[]; };
 layout(std430, binding = 2) readonly buffer Listed { uint listed[]; };
 layout(std430, binding = 3) writeonly buffer OutVal { scalar ov[]; };
 layout(std430, binding = 4) writeonly buffer OutIdx { uint oi[]; };
-// m queries, k kept, cap: list slots per query (at most CAP).
-layout(push_constant) uniform Push { uint m; uint k; uint cap; } p;
+// EXACT: the query batch, the database block, their squared norms.
+layout(std430, binding = 5) readonly buffer QBuf { scalar Q[]; };
+layout(std430, binding = 5) readonly buffer QBuf4 { scalar4 Q4[]; };
+layout(std430, binding = 6) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = 6) readonly buffer XBuf4 { scalar4 X4[]; };
+layout(std430, binding = 7) readonly buffer QNormBuf { scalar qn[]; };
+layout(std430, binding = 8) readonly buffer XNormBuf { scalar xn[]; };
+// m queries, k kept, cap: list slots per query (at most CAP); EXACT: d features, base: the block's first index.
+layout(push_constant) uniform Push { uint m; uint k; uint cap; uint d; uint base; } p;
 
 shared scalar sv[CAP];
 shared uint si[CAP];
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
+
+scalar exact_value(uint q, uint index) {
+  const uint c = index - p.base;
+  scalar s = scalar(0);
+  if (p.d % 4 == 0) {  // 16-byte loads, the same chain
+    for (uint f = 0; f < p.d / 4; ++f) {
+      const scalar4 a = Q4[q * (p.d / 4) + f], b = X4[c * (p.d / 4) + f];
+      s = fma(a.x, b.x, s);
+      s = fma(a.y, b.y, s);
+      s = fma(a.z, b.z, s);
+      s = fma(a.w, b.w, s);
+    }
+  } else {
+    for (uint f = 0; f < p.d; ++f) s = fma(Q[q * p.d + f], X[c * p.d + f], s);
+  }
+  return (qn[q] + xn[c]) - scalar(2) * s;
+}
 
 void main() {
   const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
@@ -42,8 +71,9 @@ void main() {
   while (size < count) size <<= 1;
   for (uint e = tid; e < size; e += THREADS) {
     const bool real = e < count;
-    sv[e] = real ? lv[q * p.cap + e] : scalar_inf();
-    si[e] = real ? li[q * p.cap + e] : NONE;
+    const uint index = real ? li[q * p.cap + e] : NONE;
+    sv[e] = real ? (EXACT != 0 ? exact_value(q, index) : lv[q * p.cap + e]) : scalar_inf();
+    si[e] = index;
   }
   barrier();
   for (uint run = 2; run <= size; run <<= 1) {

@@ -47,6 +47,8 @@
 #include <gpuml/shaders/knn_merge_f64.hpp>
 #include <gpuml/shaders/knn_gather_f32.hpp>
 #include <gpuml/shaders/knn_gather_f64.hpp>
+#include <gpuml/shaders/knn_filter_coop_f32.hpp>
+#include <gpuml/shaders/knn_half_f32.hpp>
 #include <gpuml/tuning/device_class.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
@@ -231,6 +233,10 @@ struct KnnShaders<float> {
   static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
   static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
   static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
+  static vulkan::ShaderCode filter_coop() {
+    return {shaders::knn_filter_coop_f32, std::size(shaders::knn_filter_coop_f32), "knn_filter_coop_f32"};
+  }
+  static vulkan::ShaderCode half() { return {shaders::knn_half_f32, std::size(shaders::knn_half_f32), "knn_half_f32"}; }
 };
 template <>
 struct KnnShaders<double> {
@@ -243,7 +249,63 @@ struct KnnShaders<double> {
 /// threads per workgroup (one workgroup per query).
 inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGatherThreads = 256;
 
+/// The cooperative-matrix list kernel (shaders/knn_filter_coop.comp): queries and database rows per tile. It runs
+/// the list passes of float32 euclidean and squared euclidean searches on devices with
+/// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
+inline constexpr std::uint32_t kKnnCoopQueries = 128, kKnnCoopRows = 128;
+
+inline bool knn_coop_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("GPUML_KNN_COOP");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
+
+/// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
+/// that keeps the largest below 2^14, rows padded with zeros to a multiple of 16 features; for database blocks also
+/// each row's term of the filter's test.
+struct KnnHalfRows {
+  vulkan::Buffer rows, terms;
+  float scale = 1;
+};
+
 namespace knn_detail {
+
+/// The float16 scale of rows [first, last) of X: 2^(14 - e) where every |x_i| < 2^e, within 2^-60 .. 2^60 so that
+/// products of two scales stay normal floats.
+template <class T>
+float half_scale(MatrixView<T> X, std::int64_t first, std::int64_t last) {
+  const std::int64_t chunk = 1 << 12, n_chunks = ceil_div(std::max<std::int64_t>(last - first, 0), chunk);
+  std::vector<T> largest(static_cast<std::size_t>(n_chunks), T(0));
+  parallel_chunks(last - first, chunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+    T most = 0;
+    for (std::int64_t r = first + b; r < first + e; ++r) most = std::max(most, X.row(r).cwiseAbs().maxCoeff());
+    largest[static_cast<std::size_t>(c)] = most;
+  });
+  const T most = largest.empty() ? T(0) : *std::max_element(largest.begin(), largest.end());
+  if (!(most > T(0))) return 1.0f;
+  int e = 0;
+  std::frexp(static_cast<double>(most), &e);
+  return std::ldexp(1.0f, std::clamp(14 - e, -60, 60));
+}
+
+/// Records knn_half.comp: rows_out float16 rows of (x, n x d), with their terms (from the squared norms) when
+/// `terms` is given.
+template <class T>
+void record_half_rows(vulkan::Device& device, vulkan::Commands& cmds, const vulkan::Kernel& half, const vulkan::Buffer& x,
+                      const vulkan::Buffer& norms, std::uint64_t n, std::uint64_t d, std::uint64_t rows_out, float scale,
+                      const vulkan::Buffer& out, const vulkan::Buffer* terms) {
+  struct {
+    std::uint32_t n, d, dpad, rows_out;
+    float scale;
+    std::uint32_t terms;
+  } push{std::uint32_t(n), std::uint32_t(d), std::uint32_t(ceil_div(d, 16) * 16), std::uint32_t(rows_out), scale,
+         terms ? 1u : 0u};
+  const std::uint64_t groups = ceil_div(rows_out * push.dpad / 2, 256);
+  const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(groups, device.info().max_workgroup_count[0]));
+  cmds.dispatch(half, {x, norms, out, terms ? *terms : norms}, push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
+}
 
 /// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory.
 template <class T>
@@ -332,8 +394,10 @@ inline std::uint64_t knn_sample_fraction() {
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
 /// a power of two, where knn_gather.comp can sort that many in shared memory. GPUML_KNN_APPEND=0: heaps always.
+/// `candidates`: how many more pairs than pass the bound the list pass appends (knn_filter_coop.comp's candidates
+/// are up to about twice as many as the pairs under the bound); the lists then get up to that many times more slots.
 template <class T>
-std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k) {
+std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t candidates = 1) {
   static const bool enabled = [] {
     const char* env = std::getenv("GPUML_KNN_APPEND");
     return !(env && std::string(env) == "0");
@@ -343,7 +407,10 @@ std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k) {
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
   std::uint64_t want = 1;
   while (want < 2 * knn_sample_fraction() * k) want *= 2;
-  return want <= std::min<std::uint64_t>(fits, 4096) ? want : 0;
+  const std::uint64_t most = std::min<std::uint64_t>(fits, 4096);
+  if (want > most) return 0;
+  while (want < 2 * candidates * knn_sample_fraction() * k && 2 * want <= most) want *= 2;
+  return want;
 }
 
 inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
@@ -407,7 +474,7 @@ struct KnnWorkspace {
   std::vector<std::pair<T, std::int64_t>> best;
   std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
-      readback, bound_v, bound_i, sample_listed;
+      readback, bound_v, bound_i, sample_listed, query_half;
 
   /// `b`, reallocated when smaller than `bytes`.
   static const vulkan::Buffer& fit(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes,
@@ -457,12 +524,16 @@ class KnnDatabase {
   std::uint64_t cols() const noexcept { return cols_; }
   const std::vector<Block>& blocks() const noexcept { return blocks_; }
   KnnWorkspace<T>& workspace() const noexcept { return *workspace_; }
+  /// The blocks as float16 rows (knn_filter_coop.comp), made by the first search that uses them (under the
+  /// workspace's lock).
+  std::vector<KnnHalfRows>& half_blocks() const noexcept { return half_blocks_; }
 
  private:
   vulkan::Device* device_;
   std::uint64_t rows_, cols_;
   std::vector<Block> blocks_;
   std::unique_ptr<KnnWorkspace<T>> workspace_ = std::make_unique<KnnWorkspace<T>>();
+  mutable std::vector<KnnHalfRows> half_blocks_;
 };
 
 /// Device time of the last knn_search on this thread (GPU timestamps; negative where the queue has none).
@@ -526,7 +597,10 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   bool lists_allowed = true;
   if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
-  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k) : 0;
+  // Cooperative matrices for the list passes of float32 (squared) euclidean searches (knn_filter_coop.comp).
+  const bool coop_lists = std::is_same_v<T, float> && knn_metric_code(metric) == 0 && device.info().coop_matrix_f16 &&
+                          knn_coop_enabled();
+  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, coop_lists ? 2 : 1) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
@@ -582,10 +656,25 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
   const vulkan::Kernel* appender = nullptr;
   const vulkan::Kernel* gather = nullptr;
+  // Cooperative matrices for the list passes (float32 (squared) euclidean): the filter appends candidates' indices,
+  // the gather forms their values.
+  const vulkan::Kernel* coop = nullptr;
+  const vulkan::Kernel* half = nullptr;
+  const std::uint64_t half_pairs = ceil_div(d, 16) * 8;  // uints per float16 row
+  if constexpr (std::is_same_v<T, float>) {
+    const auto& info = device.info();
+    if (slots && coop_lists) {
+      const char* mode = std::getenv("GPUML_KNN_COOP_MODE");
+      coop = &device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {mode ? std::uint32_t(std::atoi(mode)) : 0u},
+                             info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
+      half = &device.kernel({KnnShaders<T>::half(), 4, 6 * sizeof(std::uint32_t), {}});
+      Workspace::fit(device, ws.query_half, ceil_div(mb_max, kKnnCoopQueries) * kKnnCoopQueries * half_pairs * 4);
+    }
+  }
   if (slots) {
     appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
-    gather = &device.kernel({KnnShaders<T>::gather(), 5, 3 * sizeof(std::uint32_t),
-                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots)}});
+    gather = &device.kernel({KnnShaders<T>::gather(), 9, 5 * sizeof(std::uint32_t),
+                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots), coop ? 1u : 0u}});
   }
 
   // The metrics whose values the finish recomputes (and then sorts).
@@ -601,12 +690,26 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   vulkan::Commands cmds(device, 2);
   const std::uint64_t n_batches = ceil_div(m, mb_max);
   const std::uint64_t n_blocks = ceil_div(n, nb_max);
+  if (coop && resident) resident->half_blocks().resize(n_blocks);
+  float query_scale = 1;
   for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
     const std::uint64_t b0 = blk * nb_max;
     typename KnnDatabase<T>::Block streamed;
     if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
     const auto& block = resident ? resident->blocks()[blk] : streamed;
     const std::uint64_t nb = block.rows;
+    KnnHalfRows streamed_half;
+    KnnHalfRows* xhalf = coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
+    if (xhalf && !xhalf->rows) {  // the block as float16, padded by a tile past its end
+      const std::uint64_t rows_out = ceil_div(nb, 16) * 16 + kKnnCoopRows;
+      xhalf->scale = knn_detail::half_scale<T>(database, static_cast<Index>(b0), static_cast<Index>(b0 + nb));
+      xhalf->rows = device.buffer(rows_out * half_pairs * 4);
+      xhalf->terms = device.buffer(rows_out * 4);
+      vulkan::Commands convert(device);
+      knn_detail::record_half_rows<T>(device, convert, *half, block.x, block.norms, nb, d, rows_out, xhalf->scale,
+                                      xhalf->rows, &xhalf->terms);
+      convert.submit_and_wait();
+    }
     const std::uint64_t splits = ceil_div(nb, pl.split_rows);
     for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += mb_max) {
       const std::uint64_t mb = std::min<std::uint64_t>(mb_max, m - q0);
@@ -621,6 +724,12 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
           cmds.barrier();
         }
         record_row_sq_norms<T>(device, cmds, qbuf, qn, mb, d);
+        if (coop) {
+          query_scale = knn_detail::half_scale<T>(queries, static_cast<Index>(q0), static_cast<Index>(q0 + mb));
+          knn_detail::record_half_rows<T>(device, cmds, *half, qbuf, qn, mb, d,
+                                          ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries, query_scale,
+                                          ws.query_half, nullptr);
+        }
         cmds.barrier();
       }
       cmds.timestamp(0);
@@ -660,9 +769,11 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       const bool list_sample = lists && sample.list_splits > 0;
       // The gather of candidate lists (written k-th best first, so its first pair is the bound a heap root gives).
       auto gather_lists = [&](const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
-        const std::uint32_t gpush[3] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots)};
+        const std::uint32_t gpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots), std::uint32_t(d),
+                                        std::uint32_t(b0)};
         const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
-        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i}, gpush, gx, static_cast<std::uint32_t>(ceil_div(mb, gx)));
+        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i, qbuf, block.x, qn, block.norms}, gpush, gx,
+                      static_cast<std::uint32_t>(ceil_div(mb, gx)));
       };
       if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (list_sample) cmds.fill(ws.sample_listed, 0, mb * sizeof(std::uint32_t), 0u);
@@ -681,6 +792,19 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                        std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride), 1u,
                                        std::uint32_t(slots)};
+        if (coop) {
+          struct {
+            std::uint32_t m, k, pairs, split_rows, split_stride, base, cap, nb;
+            float m2w, qscale;
+            std::uint32_t d;
+          } cpush{std::uint32_t(mb), std::uint32_t(k), std::uint32_t(half_pairs), std::uint32_t(split_rows),
+                  std::uint32_t(stride), std::uint32_t(b0), std::uint32_t(slots), std::uint32_t(nb),
+                  -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
+          cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
+                        static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
+          if (!std::getenv("GPUML_KNN_COOP_MODE")) return;
+          cmds.barrier();
+        }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
                       query_tiles, static_cast<std::uint32_t>(n_splits));
       };

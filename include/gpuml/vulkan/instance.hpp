@@ -49,6 +49,9 @@ struct DeviceInfo {
   float timestamp_period_ns = 1.0f;
   bool timestamps = false;
   bool float64 = false, int64 = false, float16 = false;
+  // VK_NV_cooperative_matrix with 16 x 16 x 16 float16 products summed in float32 per subgroup, shaderFloat16 and
+  // the Vulkan memory model (what shaders/knn_filter_coop.comp needs; enabled at device creation when present).
+  bool coop_matrix_f16 = false;
   bool unified_memory = false;  // device-local memory is host visible (integrated GPUs, CPU devices)
   std::uint64_t device_local_bytes = 0;
 
@@ -309,6 +312,26 @@ class Instance {
     info.float64 = features.features.shaderFloat64;
     info.int64 = features.features.shaderInt64;
     info.float16 = f16.shaderFloat16;
+    if (has_device_extension(pd, "VK_NV_cooperative_matrix") && f.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV &&
+        base.apiVersion >= VK_API_VERSION_1_2 && api_version_ >= VK_API_VERSION_1_2) {
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+      coop.pNext = &model;
+      VkPhysicalDeviceFeatures2 more{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      more.pNext = &coop;
+      f.vkGetPhysicalDeviceFeatures2(pd, &more);
+      std::uint32_t n = 0;
+      f.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
+      std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+      f.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, shapes.data());
+      bool shape = false;
+      for (const auto& c : shapes)
+        shape = shape || (c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                          c.BType == VK_COMPONENT_TYPE_FLOAT16_NV && c.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                          c.DType == VK_COMPONENT_TYPE_FLOAT32_NV && c.scope == VK_SCOPE_SUBGROUP_NV);
+      info.coop_matrix_f16 = shape && coop.cooperativeMatrix && model.vulkanMemoryModel && info.float16 &&
+                             info.min_subgroup_size <= 32 && info.max_subgroup_size >= 32;
+    }
     info.subgroup_size_control = info.subgroup_size_control && sgc_features.subgroupSizeControl;
 
     std::uint32_t nq = 0;

@@ -32,6 +32,7 @@ namespace gpuml::vulkan {
   X(vkGetPhysicalDeviceMemoryProperties)     \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkEnumerateDeviceExtensionProperties)    \
+  X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) \
   X(vkCreateDevice)                          \
   X(vkGetDeviceProcAddr)                     \
   X(vkCreateDebugUtilsMessengerEXT)          \

@@ -1,0 +1,115 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_control_flow_attributes : require
+// The candidate lists of knn_select.comp (APPEND) for float32 (squared) euclidean searches, with the products on
+// cooperative matrices (tensor cores).
+//
+// Queries and database rows come as float16 (knn_half.comp: one power-of-two scale per matrix, rows padded to a
+// multiple of 16 features). Every subgroup multiplies a 64 x 64 block of (query, row) pairs, 16 x 16 x 16 at a
+// time with float32 sums, its operands read straight from the buffers (the tiles stay in the L1 cache; no shared
+// staging, no barrier). A pair is a candidate when its approximate value, less a rigorous bound on the error
+// (knn_half_bound.glsl), is at most its query's bound; the candidate's database index is appended to the query's
+// list. Candidates are a superset of the pairs knn_select.comp would append; knn_gather.comp (EXACT) forms their
+// values exactly as knn_select.comp does before it sorts them, so the lists pick the same pairs.
+//
+// The test of element e of a 16 x 16 block needs its row's and column's terms, and a candidate its row and column:
+// matrices of the same type share their element layout, so the terms and the row and column numbers are loaded as
+// matrices too (stride 0: every column of a row, or every row of a column, reads the same value).
+//
+// Grid: x = query tile (BM queries), y = split (split_rows rows from y * split_stride, as knn_select.comp).
+// Workgroup: 4 subgroups of 32 invocations (the host pins 32), 2 x 2 blocks of 64 x 64.
+#include "common.glsl"
+#include "knn_half_bound.glsl"
+
+layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint MODE = 0;  // measurement only: 1 skips the test
+
+const uint BM = 128, BN = 128, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
+#define HALF16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define FLOAT16X16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+layout(std430, binding = 0) readonly restrict buffer QHalf { uint qh[]; };  // BM-padded query rows, float16 pairs
+layout(std430, binding = 1) readonly restrict buffer XHalf { uint xh[]; };  // the block's rows, padded by BN
+layout(std430, binding = 2) readonly restrict buffer QNormBuf { float qn[]; };
+layout(std430, binding = 3) readonly restrict buffer XTermBuf { float xterm[]; };  // per row: half_row_term
+layout(std430, binding = 4) writeonly restrict buffer IdxBuf { uint li[]; };
+layout(std430, binding = 5) buffer ListedBuf { uint listed[]; };
+layout(std430, binding = 6) readonly restrict buffer BoundBuf { float bound_v[]; };
+// m queries, k (the bound's stride), pairs: uints per float16 row, splits as knn_select.comp, base: global index
+// of the block's first row, cap: list slots per query, nb: rows in the block, m2w: -2 / (query scale x row scale),
+// qscale: the queries' scale, d: features.
+layout(push_constant) uniform Push {
+  uint m; uint k; uint pairs; uint split_rows; uint split_stride; uint base; uint cap; uint nb; float m2w;
+  float qscale; uint d;
+} p;
+
+shared float q_rest[BM];  // per query: half_row_term(|q|^2) - its bound (+inf past the batch)
+const uint SROW = WN + 4, SCRATCH = 16 * SROW;
+shared float scratch[4 * SCRATCH];  // per subgroup: a 16 x 64 strip of its block
+shared float x_rest[4 * WN];  // per subgroup: its columns' half_row_term
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, sy = sg / 2, sx = sg % 2;
+  const uint row0 = gl_WorkGroupID.x * BM;
+  const uint c_begin = gl_WorkGroupID.y * p.split_stride;
+  const uint c_end = min(p.nb, c_begin + p.split_rows);
+  for (uint r = tid; r < BM; r += 128) {
+    const uint q = row0 + r;
+    float rest = uintBitsToFloat(0x7F800000u);
+    if (q < p.m) {
+      float t = bound_v[q * p.k];
+      t += abs(t) * (1.0 / 1048576.0);  // as knn_select.comp widens it
+      rest = half_row_term(qn[q], p.qscale, p.d) - t;
+    }
+    q_rest[r] = rest;
+  }
+  barrier();
+
+  const uint a0 = (row0 + WM * sy) * p.pairs;
+  // Tiles start on a multiple of 16 rows (aligned loads); rows before c_begin are skipped as candidates.
+  for (uint col0 = c_begin & ~15u; col0 < c_end; col0 += BN) {
+    const uint bcol = col0 + WN * sx;
+    FLOAT16X16 acc[FM][FN];
+    [[unroll]] for (uint i = 0; i < FM; ++i)
+      [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = FLOAT16X16(0.0);
+    const uint b0 = bcol * p.pairs;
+    for (uint k0 = 0; k0 < p.pairs; k0 += 8) {
+      HALF16 a[FM], b[FN];
+      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qh, a0 + 16 * i * p.pairs + k0, p.pairs, false);
+      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xh, b0 + 16 * j * p.pairs + k0, p.pairs, true);
+      [[unroll]] for (uint i = 0; i < FM; ++i)
+        [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+    }
+    // The test, one 16 x 64 strip of the subgroup's block at a time through its scratch in shared memory: lane l
+    // takes row l / 2 of the strip and every other column from l % 2 (2-way bank conflicts at most).
+    const uint lane = gl_SubgroupInvocationID, srow = lane / 2, scol = lane % 2;
+    x_rest[sg * WN + lane] = xterm[bcol + lane];
+    x_rest[sg * WN + 32 + lane] = xterm[bcol + 32 + lane];
+    [[unroll]] for (uint i = 0; i < FM; ++i) {
+      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatStoreNV(acc[i][j], scratch, sg * SCRATCH + 16 * j, SROW, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      if (MODE != 1) {
+        const uint r = WM * sy + 16 * i + srow, q = row0 + r;
+        const float qr = q_rest[r];
+        uint hits = 0;  // bit h: column scol + 2 h is a candidate (NaN included); branch-free
+        [[unroll]] for (uint h = 0; h < WN / 2; ++h) {
+          const uint c = scol + 2 * h;
+          if (!(fma(scratch[sg * SCRATCH + srow * SROW + c], p.m2w, qr + x_rest[sg * WN + c]) > 0.0)) hits |= 1u << h;
+        }
+        while (hits != 0) {
+          const uint gc = bcol + scol + 2 * findLSB(hits);
+          hits &= hits - 1;
+          if (q >= p.m || gc < c_begin || gc >= c_end) continue;
+          const uint slot = atomicAdd(listed[q], 1u);
+          if (slot < p.cap) li[q * p.cap + slot] = p.base + gc;
+        }
+      }
+      subgroupBarrier();
+    }
+  }
+}
