@@ -255,6 +255,47 @@ TYPED_TEST(KnnKernel, CandidateListsMatchTheReference) {
     }
 }
 
+TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // The float16 filter of float32 (squared) euclidean list passes (devices with cooperative matrices; elsewhere the
+  // same searches run on knn_select.comp): its error bound must never drop a pair under the bound. Data far from
+  // the origin (norms much larger than the distances, where the bound is widest against them), rows of very
+  // different scales, exact duplicates; d below, at and above a multiple of 16, with and without 4-vector rows;
+  // batches and databases that are not multiples of the 128 x 128 tile; resident and streamed databases.
+  const bool coop = std::is_same_v<T, float> && device->info().coop_matrix_f16;
+  struct Shape {
+    Eigen::Index n, m;
+    int d, k;
+    double offset;
+  };
+  for (const Shape s : {Shape{60013, 301, 36, 10, 2.0}, Shape{40009, 129, 130, 64, 0.0}, Shape{50021, 77, 16, 1, 3.0},
+                        Shape{30011, 140, 7, 40, 0.0}}) {
+    Matrix<T> db = random_matrix<T>(s.n, s.d, 81 + s.d);
+    Matrix<T> q = random_matrix<T>(s.m, s.d, 82 + s.d);
+    db.array() += T(s.offset);
+    q.array() += T(s.offset);
+    if (s.offset == 0.0) {  // rows scaled over six orders of magnitude
+      for (Eigen::Index r = 0; r < db.rows(); r += 3) db.row(r) *= T(r % 2 ? 1e-3 : 1e3);
+      for (Eigen::Index r = 0; r < q.rows(); r += 5) q.row(r) *= T(1e3);
+    }
+    for (Eigen::Index r = 11; r < db.rows(); r += 4001) db.row(r - 1) = db.row(r);
+    const gpuml::kernels::KnnDatabase<T> resident(*device, db);
+    for (Metric m : {Metric::sqeuclidean, Metric::euclidean}) {
+      SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(s.d) + " k=" + std::to_string(s.k));
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m, &resident);
+      EXPECT_GE(gpuml::kernels::knn_last_list_batches(), 1u);
+      EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 0u);
+      EXPECT_EQ(gpuml::kernels::knn_last_coop_passes() > 0, coop);
+      expect_matches_reference<T>(got, db, q, s.k, m);
+      expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, s.k, m), m);
+      const auto streamed = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m);
+      EXPECT_EQ(streamed.indices, got.indices);
+      EXPECT_EQ(streamed.distances, got.distances);
+    }
+  }
+}
+
 TYPED_TEST(KnnKernel, ResidentDatabaseReusesItsBuffers) {
   using T = TypeParam;
   REQUIRE_DEVICE();

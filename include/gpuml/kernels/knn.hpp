@@ -12,6 +12,10 @@
 // first; knn_gather.comp sorts that pass's lists, and its k-th best value per query, about the 16 k-th best of the
 // block, bounds the whole block's list pass. Every pair at most its query's bound is appended to the query's list
 // (about 16 k of them), and knn_gather.comp keeps the k best of each list (knn_detail::bound_sample_for_lists).
+// On devices with VK_NV_cooperative_matrix, the list passes of float32 (squared) euclidean searches run on tensor
+// cores instead (knn_filter_coop.comp: float16 products and a rigorous bound on their error pick candidates, a
+// superset of the pairs under the bound; knn_gather.comp forms their values exactly as knn_select.comp does), so
+// they select the same pairs; the block and the query batch are converted to float16 once (knn_half.comp).
 // A list that overflows (thousands of pairs tied at a bound) sends its batch to the heap pass, from the bounds
 // that hold. Heaps otherwise: every workgroup keeps the k best pairs of its split in a bounded heap, started from a
 // sample's bound for k > 32 on large blocks (knn_detail::bound_sample), and a merge kernel folds the splits' heaps
@@ -405,11 +409,13 @@ std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std:
   if (!enabled) return 0;
   std::uint64_t fits = 1;
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
+  // k + 4: at small k the bound (the sample's k-th best) is a noisy quantile, and lists of 2 F k slots overflowed.
+  const std::uint64_t expected = knn_sample_fraction() * (k + 4);
   std::uint64_t want = 1;
   while (want < 2 * knn_sample_fraction() * k) want *= 2;
   const std::uint64_t most = std::min<std::uint64_t>(fits, 4096);
   if (want > most) return 0;
-  while (want < 2 * candidates * knn_sample_fraction() * k && 2 * want <= most) want *= 2;
+  while (want < 2 * candidates * expected && 2 * want <= most) want *= 2;
   return want;
 }
 
@@ -559,6 +565,12 @@ inline std::uint64_t& knn_last_list_overflows() {
   return batches;
 }
 
+/// List passes of the last knn_search on this thread run on cooperative matrices (knn_filter_coop.comp).
+inline std::uint64_t& knn_last_coop_passes() {
+  thread_local std::uint64_t passes = 0;
+  return passes;
+}
+
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
@@ -585,7 +597,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   knn_last_device_ms() = 0;
   knn_last_sample_rows() = 0;
-  knn_last_list_batches() = knn_last_list_overflows() = 0;
+  knn_last_list_batches() = knn_last_list_overflows() = knn_last_coop_passes() = 0;
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
@@ -664,8 +676,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if constexpr (std::is_same_v<T, float>) {
     const auto& info = device.info();
     if (slots && coop_lists) {
-      const char* mode = std::getenv("GPUML_KNN_COOP_MODE");
-      coop = &device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {mode ? std::uint32_t(std::atoi(mode)) : 0u},
+      coop = &device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {},
                              info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
       half = &device.kernel({KnnShaders<T>::half(), 4, 6 * sizeof(std::uint32_t), {}});
       Workspace::fit(device, ws.query_half, ceil_div(mb_max, kKnnCoopQueries) * kKnnCoopQueries * half_pairs * 4);
@@ -802,8 +813,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                   -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
           cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
                         static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          if (!std::getenv("GPUML_KNN_COOP_MODE")) return;
-          cmds.barrier();
+          ++knn_last_coop_passes();
+          return;
         }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
                       query_tiles, static_cast<std::uint32_t>(n_splits));
