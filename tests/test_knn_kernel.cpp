@@ -260,7 +260,7 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
   REQUIRE_DEVICE();
   // The float16 filter of float32 (squared) euclidean list passes (devices with cooperative matrices; elsewhere the
   // same searches run on knn_select.comp): its error bound must never drop a pair under the bound. Data far from
-  // the origin (norms much larger than the distances, where the bound is widest against them), rows of very
+  // the origin (norms dozens of times the distances, where the bound is widest against them), rows of very
   // different scales, exact duplicates; d below, at and above a multiple of 16, with and without 4-vector rows;
   // batches and databases that are not multiples of the 128 x 128 tile; resident and streamed databases.
   const bool coop = std::is_same_v<T, float> && device->info().coop_matrix_f16;
@@ -284,8 +284,12 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
     for (Metric m : {Metric::sqeuclidean, Metric::euclidean}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(s.d) + " k=" + std::to_string(s.k));
       const auto got = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m, &resident);
-      EXPECT_GE(gpuml::kernels::knn_last_list_batches(), 1u);
-      EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 0u);
+      // A query scaled by 1e3 against rows of norm about 1 has a float16 error bound wider than the spread of its
+      // distances: every row is a candidate, the lists overflow and the batch is searched with heaps (exactly).
+      if (s.offset != 0.0 || !coop) {
+        EXPECT_GE(gpuml::kernels::knn_last_list_batches(), 1u);
+        EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 0u);
+      }
       EXPECT_EQ(gpuml::kernels::knn_last_coop_passes() > 0, coop);
       expect_matches_reference<T>(got, db, q, s.k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, s.k, m), m);
