@@ -30,8 +30,8 @@
 layout(local_size_x = 128) in;
 
 const uint BM = 128, BN = 128, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
-#define HALF16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define FLOAT16X16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define F16_16X16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define F32_16X16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 layout(std430, binding = 0) readonly restrict buffer QHalf { uint qh[]; };  // BM-padded query rows, float16 pairs
 layout(std430, binding = 1) readonly restrict buffer XHalf { uint xh[]; };  // the block's rows, padded by BN
@@ -74,12 +74,12 @@ void main() {
   // Tiles start on a multiple of 16 rows (aligned loads); rows before c_begin are skipped as candidates.
   for (uint col0 = c_begin & ~15u; col0 < c_end; col0 += BN) {
     const uint bcol = col0 + WN * sx;
-    FLOAT16X16 acc[FM][FN];
+    F32_16X16 acc[FM][FN];
     [[unroll]] for (uint i = 0; i < FM; ++i)
-      [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = FLOAT16X16(0.0);
+      [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = F32_16X16(0.0);
     const uint b0 = bcol * p.pairs;
     for (uint k0 = 0; k0 < p.pairs; k0 += 8) {
-      HALF16 a[FM], b[FN];
+      F16_16X16 a[FM], b[FN];
       [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qh, a0 + 16 * i * p.pairs + k0, p.pairs, false);
       [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xh, b0 + 16 * j * p.pairs + k0, p.pairs, true);
       [[unroll]] for (uint i = 0; i < FM; ++i)

@@ -152,9 +152,9 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
       // k = 33 takes the bounding sample pass where the plan has 8 or more splits: on CPU devices (splits of at
       // most 32 tiles, 10 here), not on GPUs (2 splits here).
       if (k <= 32) {
-        EXPECT_EQ(gpuml::kernels::knn_last_sample_rows(), 0u);
+        EXPECT_EQ(gpuml::kernels::knn_last_search().sample_rows, 0u);
       } else if (device->info().type == gpuml::vulkan::DeviceType::cpu) {
-        EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 0u);
+        EXPECT_GT(gpuml::kernels::knn_last_search().sample_rows, 0u);
       }
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
@@ -225,9 +225,9 @@ TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
       for (int k : {1, 40, 100}) {  // k = 100: heaps where shared memory sorts at most 2048 pairs (lavapipe)
         SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(d) + " k=" + std::to_string(k));
         const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
-        EXPECT_GT(gpuml::kernels::knn_last_sample_rows(), 4u * k);
+        EXPECT_GT(gpuml::kernels::knn_last_search().sample_rows, 4u * k);
         if (k == 40 && d == 2) {
-          EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 1u);
+          EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 1u);
         }
         const auto host = gpuml::host::knn_search<T>(db, q, k, m);
         EXPECT_EQ(got.indices, host.indices);
@@ -248,8 +248,8 @@ TYPED_TEST(KnnKernel, CandidateListsMatchTheReference) {
     for (int k : {33, 64}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
       const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
-      EXPECT_GE(gpuml::kernels::knn_last_list_batches(), 1u);
-      EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 0u);
+      EXPECT_GE(gpuml::kernels::knn_last_search().list_batches, 1u);
+      EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 0u);
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
     }
@@ -287,10 +287,10 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
       // A query scaled by 1e3 against rows of norm about 1 has a float16 error bound wider than the spread of its
       // distances: every row is a candidate, the lists overflow and the batch is searched with heaps (exactly).
       if (s.offset != 0.0 || !coop) {
-        EXPECT_GE(gpuml::kernels::knn_last_list_batches(), 1u);
-        EXPECT_EQ(gpuml::kernels::knn_last_list_overflows(), 0u);
+        EXPECT_GE(gpuml::kernels::knn_last_search().list_batches, 1u);
+        EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 0u);
       }
-      EXPECT_EQ(gpuml::kernels::knn_last_coop_passes() > 0, coop);
+      EXPECT_EQ(gpuml::kernels::knn_last_search().coop_passes > 0, coop);
       expect_matches_reference<T>(got, db, q, s.k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, s.k, m), m);
       const auto streamed = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m);

@@ -542,33 +542,18 @@ class KnnDatabase {
   mutable std::vector<KnnHalfRows> half_blocks_;
 };
 
-/// Device time of the last knn_search on this thread (GPU timestamps; negative where the queue has none).
-inline double& knn_last_device_ms() {
-  thread_local double ms = -1;
-  return ms;
-}
-
-/// Database rows read by the bounding sample passes of the last knn_search on this thread (0: none ran).
-inline std::uint64_t& knn_last_sample_rows() {
-  thread_local std::uint64_t rows = 0;
-  return rows;
-}
-
-/// (block, query batch) pairs of the last knn_search on this thread finished from candidate lists, and those whose
-/// lists overflowed and were searched again with heaps.
-inline std::uint64_t& knn_last_list_batches() {
-  thread_local std::uint64_t batches = 0;
-  return batches;
-}
-inline std::uint64_t& knn_last_list_overflows() {
-  thread_local std::uint64_t batches = 0;
-  return batches;
-}
-
-/// List passes of the last knn_search on this thread run on cooperative matrices (knn_filter_coop.comp).
-inline std::uint64_t& knn_last_coop_passes() {
-  thread_local std::uint64_t passes = 0;
-  return passes;
+/// What the last knn_search on this thread did.
+struct KnnSearchStats {
+  double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
+  std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
+  // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
+  // again with heaps.
+  std::uint64_t list_batches = 0, list_overflows = 0;
+  std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
+};
+inline KnnSearchStats& knn_last_search() {
+  thread_local KnnSearchStats stats;
+  return stats;
 }
 
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
@@ -595,9 +580,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     throw error("knn_search: the resident database does not match the database given");
 
   host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
-  knn_last_device_ms() = 0;
-  knn_last_sample_rows() = 0;
-  knn_last_list_batches() = knn_last_list_overflows() = knn_last_coop_passes() = 0;
+  knn_last_search() = KnnSearchStats{.device_ms = 0};
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
@@ -775,7 +758,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       auto finish_batch = [&] {
         cmds.timestamp(1);
         cmds.submit_and_wait();
-        knn_last_device_ms() += cmds.elapsed_ms(0, 1);
+        knn_last_search().device_ms += cmds.elapsed_ms(0, 1);
       };
       const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max)
                                 : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
@@ -799,7 +782,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                       query_tiles, static_cast<std::uint32_t>(sample.splits));
         merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
         cmds.barrier();
-        knn_last_sample_rows() += sample.splits * sample.rows;
+        knn_last_search().sample_rows += sample.splits * sample.rows;
       }
       // A list pass over n_splits splits of split_rows rows, stride apart.
       auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
@@ -817,7 +800,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                   -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
           cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
                         static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          ++knn_last_coop_passes();
+          ++knn_last_search().coop_passes;
           return;
         }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
@@ -828,7 +811,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
         cmds.barrier();
-        knn_last_sample_rows() += sample.list_splits * sample.list_rows;
+        knn_last_search().sample_rows += sample.list_splits * sample.list_rows;
       }
       const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
       // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
@@ -860,7 +843,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         };
         const bool sample_overflow = list_sample && overflowed(ws.sample_listed, rb_sample_listed);
         from_lists = !sample_overflow && !overflowed(ws.listed, rb_listed);
-        ++(from_lists ? knn_last_list_batches() : knn_last_list_overflows());
+        ++(from_lists ? knn_last_search().list_batches : knn_last_search().list_overflows);
         if (!from_lists) {
           cmds.reset();
           cmds.timestamp(0);
