@@ -53,13 +53,15 @@ class Device {
       if (std::min(info.api_version, instance_->api_version()) < VK_API_VERSION_1_3)
         extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     }
-    // Cooperative matrices (shaders/knn_filter_coop.comp): the extension, float16 arithmetic, the memory model.
+    // Cooperative matrices (shaders/knn_filter_coop.comp): the extension, float16 arithmetic, the memory model with
+    // device scope (with the model on, every other shader's buffer atomics use device scope).
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     VkPhysicalDeviceVulkanMemoryModelFeatures model{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
     VkPhysicalDeviceShaderFloat16Int8Features f16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
     if (info.coop_matrix_f16) {
       coop.cooperativeMatrix = VK_TRUE;
       model.vulkanMemoryModel = VK_TRUE;
+      model.vulkanMemoryModelDeviceScope = VK_TRUE;
       f16.shaderFloat16 = VK_TRUE;
       coop.pNext = &model;
       model.pNext = &f16;

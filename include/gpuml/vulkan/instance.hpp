@@ -50,7 +50,9 @@ struct DeviceInfo {
   bool timestamps = false;
   bool float64 = false, int64 = false, float16 = false;
   // VK_NV_cooperative_matrix with 16 x 16 x 16 float16 products summed in float32 per subgroup, shaderFloat16 and
-  // the Vulkan memory model (what shaders/knn_filter_coop.comp needs; enabled at device creation when present).
+  // the Vulkan memory model with device scope (what shaders/knn_filter_coop.comp needs; enabled at device creation
+  // when present). Device scope is required too: once the memory model is enabled, every shader's buffer atomics
+  // (device scope) are valid only with vulkanMemoryModelDeviceScope.
   bool coop_matrix_f16 = false;
   bool unified_memory = false;  // device-local memory is host visible (integrated GPUs, CPU devices)
   std::uint64_t device_local_bytes = 0;
@@ -329,7 +331,8 @@ class Instance {
         shape = shape || (c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
                           c.BType == VK_COMPONENT_TYPE_FLOAT16_NV && c.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
                           c.DType == VK_COMPONENT_TYPE_FLOAT32_NV && c.scope == VK_SCOPE_SUBGROUP_NV);
-      info.coop_matrix_f16 = shape && coop.cooperativeMatrix && model.vulkanMemoryModel && info.float16 &&
+      info.coop_matrix_f16 = shape && coop.cooperativeMatrix && model.vulkanMemoryModel &&
+                             model.vulkanMemoryModelDeviceScope && info.float16 &&
                              info.min_subgroup_size <= 32 && info.max_subgroup_size >= 32;
     }
     info.subgroup_size_control = info.subgroup_size_control && sgc_features.subgroupSizeControl;
