@@ -441,6 +441,25 @@ TYPED_TEST(KMeansTest, KMeansPlusPlusOnDuplicatesWarns) {
   }
 }
 
+TYPED_TEST(KMeansTest, DistinctClustersWarningWithLargeClusters) {
+  // Two distinct points, 300 copies each (more than 256 per cluster), k = 3: scikit-learn warns.
+  using T = TypeParam;
+  Matrix<T> X(600, 2);
+  for (Eigen::Index i = 0; i < X.rows(); ++i) {
+    X(i, 0) = i % 2 ? T(3.5) : T(-1.25);
+    X(i, 1) = i % 2 ? T(0.75) : T(2.0);
+  }
+  FOR_EACH_BACKEND(nb) {
+    KMeansParams p;
+    p.n_clusters = 3;
+    p.random_state = gpuml::testing::test_seed();
+    KMeans<T> km(p, nb.backend);
+    WarningCapture warnings;
+    km.fit(X);
+    EXPECT_TRUE(warnings.contains("Number of distinct clusters (2) found smaller than n_clusters (3)"));
+  }
+}
+
 TYPED_TEST(KMeansTest, ExplicitInitWithNInitWarns) {
   using T = TypeParam;
   FOR_EACH_BACKEND(nb) {

@@ -217,10 +217,13 @@ class KMeans {
     }
 
     Matrix<T> centers = best->centers.rowwise() + mean_t;
-    std::vector<char> seen(static_cast<std::size_t>(k), 0);
+    std::vector<bool> seen(static_cast<std::size_t>(k), false);
     int distinct = 0;
     for (Eigen::Index i = 0; i < n; ++i)
-      if (!seen[static_cast<std::size_t>(best->labels[i])]++) ++distinct;
+      if (auto&& first = seen[static_cast<std::size_t>(best->labels[i])]; !first) {
+        first = true;
+        ++distinct;
+      }
     if (distinct < k)
       warn("Number of distinct clusters (" + std::to_string(distinct) + ") found smaller than n_clusters (" +
            std::to_string(k) + "). Possibly due to duplicate points in X.");
