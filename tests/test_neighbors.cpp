@@ -208,10 +208,10 @@ TYPED_TEST(Neighbors, QueryingTheTrainingSetExcludesEachSample) {
       ASSERT_EQ(r.indices.rows(), X.rows());
       ASSERT_EQ(r.indices.cols(), k);
       for (Eigen::Index i = 0; i < X.rows(); ++i) {
-        // sklearn: the k+1 nearest, then the sample itself removed, or the last one when it is absent.
+        // sklearn: the k+1 nearest, then the sample itself removed, or the first one when it is absent.
         auto ref = ref_sorted(X, X, i, m);
         auto self = std::find_if(ref.begin(), ref.begin() + k + 1, [&](const RefEntry& e) { return e.index == i; });
-        ref.erase(self != ref.begin() + k + 1 ? self : ref.begin() + k);
+        ref.erase(self != ref.begin() + k + 1 ? self : ref.begin());
         check_row<T>(ref, r.distances.row(i).data(), r.indices.row(i).data(), k, m, X,
                      b.name + " " + name + " X=None sample " + std::to_string(i));
         if (this->HasFatalFailure()) return;
@@ -234,13 +234,33 @@ TYPED_TEST(Neighbors, QueryingTheTrainingSetExcludesEachSample) {
         EXPECT_EQ(r.distances(150, 0), T(0));
       }
       // kneighbors_self(1) on sample 41: its k+1 = 2 nearest are 7 and 40 (lower indices first), so 41 is not among
-      // them and sklearn drops the last column: the answer is 7.
+      // them and sklearn masks the first column: the answer is 40 (sklearn 1.9.1, algorithm="brute").
       if (m != Metric::inner_product) {
         const auto r1 = nn.kneighbors_self(1);
-        EXPECT_EQ(r1.indices(41, 0), 7) << name;
+        EXPECT_EQ(r1.indices(41, 0), 40) << name;
         EXPECT_EQ(r1.indices(7, 0), 40) << name;
         EXPECT_EQ(nn.kneighbors_indices(), r.indices) << name;
       }
+    }
+}
+
+TYPED_TEST(Neighbors, QueryingTheTrainingSetMasksTheFirstDuplicateLikeSklearn) {
+  // Rows 0-4 identical, k = 3: row 4's k+1 = 4 nearest are 0, 1, 2, 3 (ties by index) and do not hold 4 itself;
+  // sklearn (algorithm="brute") masks the first column and answers [1, 2, 3]; rows 0-3 drop themselves.
+  using T = TypeParam;
+  Matrix<T> X = random_matrix<T>(11, 5, 17);
+  for (int i = 1; i < 5; ++i) X.row(i) = X.row(0);
+  const std::vector<std::vector<Eigen::Index>> expected{{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}, {1, 2, 3}};
+  for (const auto& b : backends())
+    for (const auto* name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev"}) {
+      gpuml::NearestNeighbors<T> nn({3, name}, b.backend);
+      nn.fit(X);
+      const auto r = nn.kneighbors();
+      for (int i = 0; i < 5; ++i)
+        for (int c = 0; c < 3; ++c) {
+          EXPECT_EQ(r.indices(i, c), expected[i][c]) << b.name << " " << name << " row " << i << " column " << c;
+          EXPECT_EQ(r.distances(i, c), T(0)) << b.name << " " << name << " row " << i;
+        }
     }
 }
 

@@ -135,7 +135,8 @@ class NearestNeighbors {
   }
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
-  /// sample's own index; when duplicates push the sample out of its k+1 neighbours, drops the last column.
+  /// sample's own index; when duplicates push the sample out of its k+1 neighbours, removes the first column (a
+  /// duplicate of the sample at distance zero), as sklearn masks it.
   KnnResult<T> kneighbors_self(int n_neighbors) const {
     require_fitted();
     const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
@@ -147,7 +148,7 @@ class NearestNeighbors {
     const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get());
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
     for (Eigen::Index i = 0; i < n; ++i) {
-      int skip = k;  // the last column unless the sample itself is found
+      int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found
       for (int c = 0; c <= k; ++c)
         if (full.indices(i, c) == i) {
           skip = c;
