@@ -25,6 +25,7 @@ layout(constant_id = 4) const uint DS = 16;         // features per shared tile
 layout(constant_id = 5) const uint K = 8;           // clusters
 layout(constant_id = 6) const uint D = 2;           // features
 layout(constant_id = 7) const uint ACC_SHARED = 1;  // 1: partial sums in shared memory; 0: in the group's global region
+layout(constant_id = 8) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
 layout(local_size_x_id = 0) in;
 
 const uint NKS = (K + KS - 1) / KS;
@@ -42,7 +43,7 @@ layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
 layout(std430, binding = 4) readonly buffer CNormBuf { scalar cnorm[]; };
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
 layout(std430, binding = 5) coherent buffer PartialBuf { scalar partials[]; };
-layout(std430, binding = 6) buffer StatusBuf { uint status[]; };
+layout(std430, binding = 6) buffer StatusBuf { uint status[]; };  // bit 0: a label changed; bit 1: loop limit hit
 
 layout(push_constant) uniform Push {
   uint rows;          // samples in this chunk
@@ -247,4 +248,5 @@ void main() {
   if (any_changed) atomicOr(group_changed, 1u);
   barrier();
   if (t == 0 && group_changed != 0u) atomicOr(status[0], 1u);
+  if (LOOP_GUARD != 0u && loop_limit_reached(p.rows)) atomicOr(status[0], 2u);
 }

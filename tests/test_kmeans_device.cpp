@@ -180,6 +180,37 @@ TYPED_TEST(KMeansDeviceTest, LargeKAndD) {
   }
 }
 
+// Shapes whose invocations run past llvmpipe's loop limit (65535 iterations in all per invocation) on CPU devices:
+// a very large d, and large k and d with constant columns through the narrow-register CPU tile. The device
+// must never return what a cut-short kernel computed: the answer is the host's (GPUs run these normally).
+TYPED_TEST(KMeansDeviceTest, LongInvocationsNeverGiveWrongAnswers) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    struct Shape { Eigen::Index n, d, k; int max_iter; double offset; };
+    for (Shape s : {Shape{30, 50000, 3, 10, 0.0}, Shape{1214, 255, 969, 1, 0.93}}) {
+      Matrix<T> X = blobs<T>(s.n, s.d, s.k, 900 + s.d, 0.5);
+      X.array() += T(s.offset);
+      for (Eigen::Index j = 0; j < s.d; j += 7) X.col(j).setConstant(T(s.offset + 0.25));  // constant columns
+      KMeansParams p;
+      p.n_clusters = static_cast<int>(s.k);
+      p.init_centers = X.topRows(s.k).template cast<double>();
+      p.max_iter = s.max_iter;
+      p.tol = 1e-4;
+      KMeans<T> gpu(p, dev.backend), host(p, gpuml::Backend::host());
+      auto previous = gpuml::set_warning_handler([](const std::string&) {});  // CPU devices say they used the host
+      gpu.fit(X);
+      gpuml::set_warning_handler(previous);
+      host.fit(X);
+      EXPECT_NEAR(gpu.inertia(), host.inertia(), 1e-5 * host.inertia()) << "d=" << s.d << " k=" << s.k;
+      EXPECT_EQ(gpu.n_iter(), host.n_iter());
+      expect_nearest<T>(X, gpu.cluster_centers(), gpu.labels(), gap<T>());
+      Eigen::Index differ = 0;
+      for (Eigen::Index i = 0; i < s.n; ++i) differ += gpu.labels()[i] != host.labels()[i];
+      EXPECT_EQ(differ, 0) << "d=" << s.d << " k=" << s.k;
+    }
+  }
+}
+
 TYPED_TEST(KMeansDeviceTest, RepeatedFitsAreBitwiseIdentical) {
   using T = TypeParam;
   for (const auto& dev : devices()) {

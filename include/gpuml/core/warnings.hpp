@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -24,6 +26,18 @@ inline WarningHandler set_warning_handler(WarningHandler handler) {
 
 inline void warn(const std::string& message) {
   if (detail::warning_handler()) detail::warning_handler()(message);
+}
+
+/// warn(), once per distinct message in the process (conditions of a device or a configuration, which would
+/// otherwise repeat on every call).
+inline void warn_once(const std::string& message) {
+  static std::mutex m;
+  static std::set<std::string> said;
+  {
+    std::lock_guard lock(m);
+    if (!said.insert(message).second) return;
+  }
+  warn(message);
 }
 
 }  // namespace gpuml

@@ -52,12 +52,26 @@ vulkan::Device* device_for(const Backend& backend) {
   return backend.device();
 }
 
+/// Runs `on_device`; where the device turns out unable to run the problem (gpuml::unsupported, found before any
+/// result is used), warns and runs `on_host` instead, so a valid problem is never refused.
+template <class OnDevice, class OnHost>
+auto device_or_host(OnDevice&& on_device, OnHost&& on_host) -> decltype(on_host()) {
+  try {
+    return on_device();
+  } catch (const unsupported& e) {
+    warn_once(std::string(e.what()) + "; running on the host backend");
+  }
+  return on_host();
+}
+
 template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose) {
+  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose); };
   if (auto* device = device_for<T>(backend))
-    return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose);
-  return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose);
+    return device_or_host([&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose); },
+                          on_host);
+  return on_host();
 }
 
 template <class T, class Policy>
@@ -68,8 +82,10 @@ Matrix<T> run_kmeans_plus_plus(const Backend& backend, MatrixView<T> X, VectorVi
 
 template <class T, class Policy>
 Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
-  if (auto* device = device_for<T>(backend)) return kernels::assign<T, Policy>(*device, X, centers);
-  return host::assign<T>(X, centers);
+  auto on_host = [&] { return host::assign<T>(X, centers); };
+  if (auto* device = device_for<T>(backend))
+    return device_or_host([&] { return kernels::assign<T, Policy>(*device, X, centers); }, on_host);
+  return on_host();
 }
 
 template <class T, class Policy>

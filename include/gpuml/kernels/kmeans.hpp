@@ -41,8 +41,9 @@ struct KMeansShaders {
 /// move from shared to global memory, until the workgroup fits the device's shared memory.
 struct LloydPlan {
   std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
+  std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
   std::uint64_t shared_bytes = 0;
-  std::vector<std::uint32_t> constants() const { return {threads, spt, kt, ks, ds, k, d, acc_shared}; }
+  std::vector<std::uint32_t> constants() const { return {threads, spt, kt, ks, ds, k, d, acc_shared, loop_guard}; }
   std::uint32_t tile() const { return threads * spt; }
 };
 
@@ -53,6 +54,7 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   pl.spt = tile.samples_per_thread;
   pl.k = k;
   pl.d = d;
+  pl.loop_guard = info.type == vulkan::DeviceType::cpu ? 1 : 0;
   pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
   pl.kt = std::min<std::uint32_t>(k, tile.centres_per_thread);
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
@@ -203,9 +205,12 @@ class LloydEngine {
         (*weights)[j] = out[std::uint64_t(j) * (d_ + 1) + d_];
       }
     }
-    std::uint32_t changed = 0;
-    std::memcpy(&changed, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
-    return changed != 0;
+    std::uint32_t status = 0;
+    std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
+    if (status & 2u)
+      throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
+                        "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
+    return (status & 1u) != 0;
   }
 
   /// lloyd_loop's engine interface.
