@@ -15,6 +15,7 @@
 layout(constant_id = 0) const uint THREADS = 256;
 layout(constant_id = 1) const uint CAP = 4096;  // list slots that fit in shared memory (a power of two)
 layout(constant_id = 2) const uint EXACT = 0;
+layout(constant_id = 3) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
 layout(local_size_x_id = 0) in;
 
 const uint NONE = 0xffffffffu;
@@ -31,6 +32,7 @@ layout(std430, binding = 6) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = 6) readonly buffer XBuf4 { scalar4 X4[]; };
 layout(std430, binding = 7) readonly buffer QNormBuf { scalar qn[]; };
 layout(std430, binding = 8) readonly buffer XNormBuf { scalar xn[]; };
+layout(std430, binding = 9) buffer StatusBuf { uint status[]; };  // LOOP_GUARD: set when the loop limit was hit
 // m queries, k kept, cap: list slots per query (at most CAP); EXACT: d features, base: the block's first index.
 layout(push_constant) uniform Push { uint m; uint k; uint cap; uint d; uint base; } p;
 
@@ -98,4 +100,5 @@ void main() {
     ov[q * p.k + e] = from < size ? sv[from] : scalar_inf();
     oi[q * p.k + e] = from < size ? si[from] : NONE;
   }
+  if (LOOP_GUARD != 0u && loop_limit_reached(p.m)) atomicOr(status[0], 1u);
 }

@@ -42,6 +42,7 @@ layout(constant_id = 3) const uint TN = 8;
 layout(constant_id = 4) const uint BK = 16;
 layout(constant_id = 5) const uint METRIC = 0;
 layout(constant_id = 6) const uint APPEND = 0;
+layout(constant_id = 7) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
 
 const uint SQEUCLIDEAN = 0, MANHATTAN = 1, CHEBYSHEV = 2, COSINE = 3, INNER_PRODUCT = 4;
@@ -55,6 +56,7 @@ layout(std430, binding = 4) buffer ValBuf { scalar hv[]; };
 layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
 layout(std430, binding = 6) readonly buffer BoundBuf { scalar bound_v[]; };  // the sample pass's merged heaps
 layout(std430, binding = 7) buffer ListedBuf { uint listed[]; };  // APPEND: pairs appended per query
+layout(std430, binding = 8) buffer StatusBuf { uint status[]; };  // LOOP_GUARD: set when the loop limit was hit
 // m queries, n database rows in this block, d features, k kept, split s covers split_rows rows from
 // s * split_stride, base: global index of the block's first row, bounded: 1 to start from the sample's bounds,
 // cap: APPEND's list slots per query.
@@ -229,4 +231,5 @@ void main() {
       barrier();
     }
   }
+  if (LOOP_GUARD != 0u && loop_limit_reached(p.m)) atomicOr(status[0], 1u);
 }

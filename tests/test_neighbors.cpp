@@ -264,6 +264,48 @@ TYPED_TEST(Neighbors, QueryingTheTrainingSetMasksTheFirstDuplicateLikeSklearn) {
     }
 }
 
+// Many features: on CPU devices llvmpipe's loop limit would cut the kernels short (wrong neighbours from d = 18000,
+// too few from 70000); every backend must still return the reference's neighbours.
+TYPED_TEST(Neighbors, VeryManyFeatures) {
+  using T = TypeParam;
+  for (const Eigen::Index d : {Eigen::Index(30011), Eigen::Index(70001)}) {
+    const Matrix<T> db = random_matrix<T>(97, d, 61 + d), q = random_matrix<T>(3, d, 62 + d);
+    for (const auto& b : backends()) {
+      auto previous = gpuml::set_warning_handler([](const std::string&) {});  // a CPU device may use the host
+      gpuml::NearestNeighbors<T> nn({3, "euclidean"}, b.backend);
+      nn.fit(db);
+      const auto r = nn.kneighbors(q);
+      gpuml::set_warning_handler(previous);
+      check_against_reference<T>(r, db, q, 3, Metric::euclidean, b.name + " d=" + std::to_string(d));
+    }
+  }
+}
+
+// Finite float32 data whose squared distances overflow float32: scikit-learn computes float32 distances in float64,
+// so the neighbours are still the true ones (values that do not fit float32 come back as inf, as scikit-learn's
+// cast gives them).
+TEST(NeighborsFloat32, ValuesBeyondTheSquareOfTheScalarRange) {
+  using T = float;
+  const double scale = 1e20;
+  const Matrix<T> db = (random_matrix<double>(301, 9, 71) * scale).template cast<T>();
+  const Matrix<T> q = (random_matrix<double>(7, 9, 72) * scale).template cast<T>();
+  for (const auto& b : backends())
+    for (const auto& name : kMetrics) {
+      const Metric m = gpuml::parse_metric(name);
+      gpuml::NearestNeighbors<T> nn({4, name}, b.backend);
+      nn.fit(db);
+      const auto r = nn.kneighbors(q);
+      if (m == Metric::sqeuclidean || m == Metric::inner_product) {  // values beyond the range: the order only
+        for (Eigen::Index i = 0; i < q.rows(); ++i) {
+          const auto ref = ref_sorted(db, q, i, m);
+          for (int c = 0; c < 4; ++c) EXPECT_EQ(r.indices(i, c), ref[c].index) << b.name << " " << name << " query " << i;
+        }
+      } else {
+        check_against_reference<T>(r, db, q, 4, m, b.name + " " + name);
+      }
+    }
+}
+
 TYPED_TEST(Neighbors, DuplicatesAreOrderedByIndexAndAtDistanceZero) {
   using T = TypeParam;
   // 25 distinct rows, each copied 2..5 times at shuffled positions.

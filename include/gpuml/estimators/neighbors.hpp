@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,9 +40,39 @@ namespace detail {
 /// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
 /// storage-buffer binding, or more than 2^32 - 2 database rows. `resident` is the database kept on the device by fit. Both engines return the same result contract
 /// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
+/// Whether a search's values can overflow T: sums over d features of products (or differences) of values up to
+/// `max_abs` in magnitude. scikit-learn computes float32 distances in float64 blocks, so such data still gets
+/// finite, correct neighbours there.
+template <class T>
+bool values_may_overflow(double max_abs, Eigen::Index d, Metric metric) {
+  const double limit = static_cast<double>(std::numeric_limits<T>::max());
+  const double m = max_abs, dd = static_cast<double>(d);
+  switch (metric) {
+    case Metric::manhattan: return 2 * dd * m > limit;
+    case Metric::chebyshev: return 2 * m > limit;
+    default: return 4 * dd * m * m > limit;  // |q|^2 + |x|^2 - 2 <q, x>, and the products of cosine / inner product
+  }
+}
+
+template <class T>
+double max_abs(MatrixView<T> X) {
+  return X.size() ? static_cast<double>(X.cwiseAbs().maxCoeff()) : 0.0;
+}
+
+/// The search on `backend`. `database_max_abs` (the largest magnitude in the database, kept by fit) decides with
+/// the queries' whether float32 values could overflow: such searches run in float64 on the host, as scikit-learn
+/// computes float32 distances in float64, and return float32 results.
 template <class T>
 KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
-                     const kernels::KnnDatabase<T>* resident = nullptr) {
+                     const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (database_max_abs < 0) database_max_abs = max_abs<T>(database);
+    if (values_may_overflow<T>(std::max(database_max_abs, max_abs<T>(queries)), database.cols(), metric)) {
+      const Matrix<double> db = database.template cast<double>(), q = queries.template cast<double>();
+      const KnnResult<double> wide = host::knn_search<double>(db, q, k, metric);
+      return {wide.distances.template cast<float>(), wide.indices};
+    }
+  }
   if (backend.is_vulkan()) {
     try {
       return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident);
@@ -100,7 +131,8 @@ class NearestNeighbors {
     const Metric metric = parse_metric(params_.metric);
     detail::check_n_neighbors(params_.n_neighbors);
     checks::data(X, "X");
-    Matrix<T> copy = X;
+    Matrix<T> copy = naming_host_memory("copying the NearestNeighbors database", X.rows(), X.cols(), sizeof(T),
+                                        [&] { return Matrix<T>(X); });
     std::shared_ptr<const kernels::KnnDatabase<T>> on_device;
     if (backend_.is_vulkan() && X.rows() < Eigen::Index(UINT32_MAX)) {
       try {
@@ -109,6 +141,7 @@ class NearestNeighbors {
         // Too large to keep, or float64 without device support: each search streams or falls back instead.
       }
     }
+    max_abs_ = detail::max_abs<T>(copy);
     X_.swap(copy);
     device_X_ = std::move(on_device);
     metric_ = metric;
@@ -131,7 +164,7 @@ class NearestNeighbors {
       throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
                           ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
                           std::to_string(X.rows()));
-    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get());
+    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get(), max_abs_);
   }
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
@@ -145,7 +178,7 @@ class NearestNeighbors {
     if (k >= n)
       throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
-    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get());
+    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get(), max_abs_);
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
     for (Eigen::Index i = 0; i < n; ++i) {
       int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found
@@ -194,6 +227,7 @@ class NearestNeighbors {
   NeighborsParams params_;
   Backend backend_;
   Matrix<T> X_;
+  double max_abs_ = 0;  // the database's largest magnitude: whether float32 values may overflow (run_knn)
   std::shared_ptr<const kernels::KnnDatabase<T>> device_X_;  // X_ on the device (Vulkan backends), shared by copies
   Metric metric_ = Metric::euclidean;
   bool fitted_ = false;

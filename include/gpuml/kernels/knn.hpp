@@ -96,9 +96,10 @@ struct KnnTileParams {
       return "tm and tn must be multiples of 4 (tn at most 32), the rest positive";
     return workgroup_misfit(d, wx, wy, shared_bytes<T>());
   }
-  /// Specialisation constants: the tile, the metric (see knn_metric_code) and the mode (1: candidate lists).
-  std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false) const {
-    return {wx, wy, tm, tn, bk, metric_code, append ? 1u : 0u};
+  /// Specialisation constants: the tile, the metric (see knn_metric_code), the mode (1: candidate lists) and the
+  /// loop-limit report (CPU devices, see shaders/common.glsl).
+  std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false, bool loop_guard = false) const {
+    return {wx, wy, tm, tn, bk, metric_code, append ? 1u : 0u, loop_guard ? 1u : 0u};
   }
 };
 
@@ -481,6 +482,7 @@ struct KnnWorkspace {
   std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
       readback, bound_v, bound_i, sample_listed, query_half;
+  vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
   /// `b`, reallocated when smaller than `bytes`.
   static const vulkan::Buffer& fit(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes,
@@ -651,7 +653,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     Workspace::fit(device, ws.readback, rb_sample_listed + mb_max * sizeof(std::uint32_t), MemoryUse::readback);
   }
   const auto metric_code = knn_metric_code(metric);
-  const auto& kernel = device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code)});
+  const auto& kernel = device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, false, cpu)});
+  const auto& status = Workspace::fit(device, ws.status, 16, MemoryUse::readback);
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
   const vulkan::Kernel* appender = nullptr;
   const vulkan::Kernel* gather = nullptr;
@@ -670,9 +673,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     }
   }
   if (slots) {
-    appender = &device.kernel({KnnShaders<T>::select(), 8, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true)});
-    gather = &device.kernel({KnnShaders<T>::gather(), 9, 5 * sizeof(std::uint32_t),
-                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots), coop ? 1u : 0u}});
+    appender = &device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true, cpu)});
+    gather = &device.kernel({KnnShaders<T>::gather(), 10, 5 * sizeof(std::uint32_t),
+                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots), coop ? 1u : 0u, cpu ? 1u : 0u}});
   }
 
   // The metrics whose values the finish recomputes (and then sorts).
@@ -713,6 +716,10 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       const std::uint64_t mb = std::min<std::uint64_t>(mb_max, m - q0);
       const bool new_queries = n_batches > 1 || blk == 0;
       cmds.reset();
+      if (cpu) {
+        cmds.fill(status, 0, 16, 0u);
+        cmds.barrier();
+      }
       if (new_queries) {
         // Rows q0 .. q0 + mb of the queries, packed, straight into mapped memory.
         vulkan::pack_rows<T>(queries, static_cast<Index>(q0), static_cast<Index>(q0 + mb),
@@ -759,6 +766,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.timestamp(1);
         cmds.submit_and_wait();
         knn_last_search().device_ms += cmds.elapsed_ms(0, 1);
+        if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
+          throw unsupported(device.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
+                            "per invocation) for d=" + std::to_string(d) + ", k=" + std::to_string(k));
       };
       const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max)
                                 : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
@@ -770,7 +780,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         const std::uint32_t gpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots), std::uint32_t(d),
                                         std::uint32_t(b0)};
         const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
-        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i, qbuf, block.x, qn, block.norms}, gpush, gx,
+        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i, qbuf, block.x, qn, block.norms, status}, gpush, gx,
                       static_cast<std::uint32_t>(ceil_div(mb, gx)));
       };
       if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
@@ -778,7 +788,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       if (bounded) {
         const std::uint32_t spush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
                                         std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u, 0u};
-        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, ws.sample_v, ws.sample_i, ws.sample_v, ws.sample_i}, spush,
+        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, ws.sample_v, ws.sample_i, ws.sample_v, ws.sample_i, status}, spush,
                       query_tiles, static_cast<std::uint32_t>(sample.splits));
         merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
         cmds.barrier();
@@ -803,7 +813,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
           ++knn_last_search().coop_passes;
           return;
         }
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed}, push,
+        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed, status}, push,
                       query_tiles, static_cast<std::uint32_t>(n_splits));
       };
       if (list_sample) {
@@ -821,7 +831,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                                        std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
                                        bounded ? 1u : 0u, 0u};
         cmds.dispatch(kernel,
-                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? from_bound : ws.heap_v, ws.heap_i},
+                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? from_bound : ws.heap_v, ws.heap_i, status},
                       push, query_tiles, static_cast<std::uint32_t>(splits));
         merge_heaps(ws.heap_v, ws.heap_i, splits);
         read_back(ws.heap_v, ws.heap_i, false);
@@ -846,6 +856,8 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         ++(from_lists ? knn_last_search().list_batches : knn_last_search().list_overflows);
         if (!from_lists) {
           cmds.reset();
+          cmds.fill(status, 0, 16, 0u);
+          cmds.barrier();
           cmds.timestamp(0);
           heap_pass(sample_overflow ? ws.sample_v : bound);
         }
