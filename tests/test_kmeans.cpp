@@ -4,7 +4,11 @@
 
 #include <gpuml/estimators/kmeans.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -694,6 +698,10 @@ TYPED_TEST(KMeansTest, BadInputThrowsAndKeepsEarlierFit) {
     q.init_centers = Matrix<double>::Zero(3, 3);
     (*q.init_centers)(1, 1) = std::numeric_limits<double>::infinity();
     check(q, X, "init_centers");
+    if constexpr (std::is_same_v<T, float>) {  // finite in float64, beyond float32: scikit-learn's message
+      (*q.init_centers)(1, 1) = 1e39;
+      check(q, X, "Input contains infinity or a value too large for dtype('float32')");
+    }
     q = p;
     q.init = "kmeans++";
     check(q, X, "init");
@@ -746,3 +754,39 @@ TYPED_TEST(KMeansTest, NotFittedBeforeFit) {
 }
 
 }  // namespace
+
+#if !defined(__SANITIZE_ADDRESS__)
+// Host memory running out names what was being done and the data's size (not a bare std::bad_alloc): the address
+// space is capped a little above what the process uses, so the fit's working copy of X cannot be allocated.
+TEST(KMeansHostMemory, OutOfMemoryNamesTheWorkAndTheSize) {
+  const Matrix<float> X = gpuml::testing::random_matrix<float>(1'000'003, 16, 5);  // 64 MB
+  KMeansParams p;
+  p.n_clusters = 4;
+  p.max_iter = 2;
+  KMeans<float> km(p, gpuml::Backend::host());
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  ASSERT_GT(pages, 0);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (16u << 20);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  std::string message;
+  try {
+    km.fit(X);
+  } catch (const gpuml::out_of_memory& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("other exception: ") + e.what();
+  }
+  setrlimit(RLIMIT_AS, &old);
+  EXPECT_NE(message.find("out of host memory while fitting KMeans on 1000003 x 16 values of 4 bytes (61 MiB"),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(km.fitted());
+}
+#endif

@@ -145,11 +145,19 @@ class KMeans {
 
   KMeans& fit(MatrixView<T> X) {
     checks::non_empty(X, "X");
-    const Vector<T> w = Vector<T>::Ones(X.rows());
-    return fit(X, w);
+    return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeans& {
+      const Vector<T> w = Vector<T>::Ones(X.rows());
+      return fit_checked(X, w);
+    });
   }
 
   KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
+    return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T),
+                              [&]() -> KMeans& { return fit_checked(X, sample_weight); });
+  }
+
+ private:
+  KMeans& fit_checked(MatrixView<T> X, VectorView<T> sample_weight) {
     const KMeansParams& p = params_;
     if (p.n_clusters < 1)
       throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
@@ -188,6 +196,9 @@ class KMeans {
                             " and the number of features " + std::to_string(d) + " (expected (" + std::to_string(k) +
                             ", " + std::to_string(d) + "))");
       checks::finite(c, "init_centers");
+      if constexpr (std::is_same_v<T, float>)
+        if (!c.template cast<float>().allFinite())  // finite in float64, but beyond float32's range
+          throw invalid_input("init_centers: Input contains infinity or a value too large for dtype('float32')");
     }
 
     int n_init = p.n_init;
@@ -254,6 +265,7 @@ class KMeans {
     return *this;
   }
 
+ public:
   Labels predict(MatrixView<T> X) const {
     check_input(X);
     return detail::run_assign<T, Policy>(backend_, X, centers_);
