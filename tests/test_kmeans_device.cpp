@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace {
 
@@ -376,3 +377,48 @@ TEST(KMeansDevice, PlusPlusIsBitwiseRepeatable) {
 }
 
 }  // namespace
+
+// One device used from several threads: two estimators fitting at once, and one fitted estimator predicting and
+// searching from two threads. Vulkan's external-synchronisation rules (a command pool is one thread's at a time)
+// are checked by the validation layer, whose messages fail the run; the results must equal the serial ones.
+TEST(KMeansDevice, ThreadsShareOneDevice) {
+  for (const auto& dev : devices()) {
+    const Matrix<float> X = blobs<float>(3001, 11, 7, 77), Y = blobs<float>(2503, 6, 5, 78);
+    KMeansParams p;
+    p.n_clusters = 7;
+    p.init_centers = X.topRows(7).cast<double>();
+    p.max_iter = 20;
+    KMeansParams q = p;
+    q.n_clusters = 5;
+    q.init_centers = Y.topRows(5).cast<double>();
+    KMeans<float> serial_a(p, dev.backend), serial_b(q, dev.backend);
+    serial_a.fit(X);
+    serial_b.fit(Y);
+    gpuml::NearestNeighbors<float> nn({4, "euclidean"}, dev.backend);
+    nn.fit(X);
+    const auto serial_knn = nn.kneighbors(Y.leftCols(6).replicate(1, 2).leftCols(11));
+
+    for (int round = 0; round < 3; ++round) {
+      KMeans<float> a(p, dev.backend), b(q, dev.backend);
+      std::thread ta([&] { a.fit(X); }), tb([&] { b.fit(Y); });
+      ta.join();
+      tb.join();
+      EXPECT_TRUE(a.labels() == serial_a.labels());
+      EXPECT_TRUE(b.labels() == serial_b.labels());
+      EXPECT_EQ(a.inertia(), serial_a.inertia());
+      EXPECT_EQ(b.inertia(), serial_b.inertia());
+
+      Labels la, lb;
+      gpuml::KnnResult<float> ra, rb;
+      const Matrix<float> queries = Y.leftCols(6).replicate(1, 2).leftCols(11);
+      std::thread pa([&] { la = serial_a.predict(X); ra = nn.kneighbors(queries); }),
+          pb([&] { lb = serial_a.predict(X); rb = nn.kneighbors(queries); });
+      pa.join();
+      pb.join();
+      EXPECT_TRUE(la == serial_a.labels());
+      EXPECT_TRUE(lb == serial_a.labels());
+      EXPECT_TRUE(ra.indices == serial_knn.indices);
+      EXPECT_TRUE(rb.indices == serial_knn.indices);
+    }
+  }
+}

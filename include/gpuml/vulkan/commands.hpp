@@ -16,14 +16,19 @@ class Commands {
   explicit Commands(Device& device, std::uint32_t timestamp_slots = 0) : device_(device) {
     auto& f = fn();
     VkDevice d = device.handle();
-    {
-      std::lock_guard lock(device.mutex());
-      VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-      ai.commandPool = device.command_pool();
-      ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-      ai.commandBufferCount = 1;
-      check(f.vkAllocateCommandBuffers(d, &ai, &cmd_), "vkAllocateCommandBuffers");
-    }
+    // A command pool of its own: Vulkan requires a pool and its buffers to be used by one thread at a time, and
+    // threads record their own Commands concurrently on a shared device.
+    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pi.queueFamilyIndex = device.queue_family();
+    VkCommandPool pool = VK_NULL_HANDLE;
+    check(f.vkCreateCommandPool(d, &pi, nullptr, &pool), "vkCreateCommandPool");
+    pool_ = CommandPoolHandle(d, pool);
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    check(f.vkAllocateCommandBuffers(d, &ai, &cmd_), "vkAllocateCommandBuffers");
     VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VkFence fence = VK_NULL_HANDLE;
     check(f.vkCreateFence(d, &fi, nullptr, &fence), "vkCreateFence");
@@ -43,8 +48,7 @@ class Commands {
   ~Commands() {
     if (process_exiting()) return;
     if (submitted_ && !waited_) fn().vkWaitForFences(device_.handle(), 1, &fence_.get_ref(), VK_TRUE, UINT64_MAX);
-    std::lock_guard lock(device_.mutex());
-    fn().vkFreeCommandBuffers(device_.handle(), device_.command_pool(), 1, &cmd_);
+    fn().vkFreeCommandBuffers(device_.handle(), pool_.get(), 1, &cmd_);
   }
   Commands(const Commands&) = delete;
   Commands& operator=(const Commands&) = delete;
@@ -239,6 +243,7 @@ class Commands {
   }
 
   Device& device_;
+  CommandPoolHandle pool_;  // destroyed after the command buffer is freed
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   FenceHandle fence_;
   QueryPoolHandle queries_;

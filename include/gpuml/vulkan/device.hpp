@@ -1,4 +1,4 @@
-// A logical device: one compute queue, a command pool, the pipeline cache, and the kernels built so far.
+// A logical device: one compute queue, the pipeline cache, and the kernels built so far.
 #pragma once
 
 #include <gpuml/vulkan/buffer.hpp>
@@ -79,12 +79,6 @@ class Device {
     f.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
     f.vkGetPhysicalDeviceMemoryProperties(info.handle, &memory_);
 
-    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-    pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
-    pi.queueFamilyIndex = queue_family_;
-    VkCommandPool pool = VK_NULL_HANDLE;
-    check(f.vkCreateCommandPool(device_, &pi, nullptr, &pool), "vkCreateCommandPool");
-    command_pool_ = CommandPoolHandle(device_, pool);
 
     if (pipeline_cache_enabled()) cache_path_ = pipeline_cache_path(info_);
     const std::vector<char> initial = read_file_bytes(cache_path_);
@@ -130,7 +124,6 @@ class Device {
     save_pipeline_cache();
     kernels_.clear();
     pipeline_cache_.reset();
-    command_pool_.reset();
     fn().vkDestroyDevice(device_, nullptr);
     device_ = VK_NULL_HANDLE;
     Instance::check_strict_validation();  // the layer reports objects never destroyed here
@@ -141,9 +134,9 @@ class Device {
   const DeviceInfo& info() const noexcept { return info_; }
   VkDevice handle() const noexcept { return device_; }
   VkQueue queue() const noexcept { return queue_; }
-  VkCommandPool command_pool() const noexcept { return command_pool_.get(); }
+  std::uint32_t queue_family() const noexcept { return queue_family_; }
   bool timestamps() const noexcept { return timestamps_; }
-  /// Serialises use of the queue and command pool (a Device may be shared by threads).
+  /// Serialises use of the queue (a Device may be shared by threads; each Commands has its own command pool).
   std::mutex& mutex() const noexcept { return mutex_; }
 
   /// Largest byte range one kernel binding may cover, and the largest single buffer.
@@ -208,7 +201,6 @@ class Device {
   std::uint32_t queue_family_ = 0;
   bool timestamps_ = false;
   VkPhysicalDeviceMemoryProperties memory_{};
-  CommandPoolHandle command_pool_;
   PipelineCacheHandle pipeline_cache_;
   std::string cache_path_;
   bool cache_dirty_ = false;
