@@ -422,3 +422,24 @@ TEST(KMeansDevice, ThreadsShareOneDevice) {
     }
   }
 }
+
+// Fits with many distinct k specialise as many pipelines; the device keeps a bounded number of them (a process
+// fitting 200 shapes grew by hundreds of MB when every pipeline was kept).
+TEST(KMeansDevice, PipelinesOfManyShapesAreNotAllKept) {
+  for (const auto& dev : devices()) {
+    const Matrix<float> X = blobs<float>(211, 3, 5, 79);
+    const std::size_t before = dev.backend.device()->kernels_held();
+    for (int k = 2; k < 2 + int(gpuml::vulkan::Device::kKeptKernels) + 6; ++k) {
+      KMeansParams p;
+      p.n_clusters = k;
+      p.init_centers = X.topRows(k).cast<double>();
+      p.max_iter = 2;
+      KMeans<float> km(p, dev.backend);
+      km.fit(X);
+      KMeans<float> host(p, gpuml::Backend::host());
+      host.fit(X);
+      EXPECT_TRUE(km.labels() == host.labels()) << "k=" << k;  // released pipelines are rebuilt correctly
+    }
+    EXPECT_LE(dev.backend.device()->kernels_held(), std::max(before, gpuml::vulkan::Device::kKeptKernels));
+  }
+}

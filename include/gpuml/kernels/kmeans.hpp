@@ -139,9 +139,9 @@ class LloydEngine {
     status_ = device.buffer(16);
     readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
     inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
-    lloyd_ = &device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants(), tile_params.subgroup_size});
-    reduce_ = &device.kernel({KMeansShaders<T>::reduce(), 2, 8, {kReduceLanes}});
-    inertia_ = &device.kernel({KMeansShaders<T>::inertia(), 5, 12, {kInertiaThreads, static_cast<std::uint32_t>(d_)}});
+    lloyd_ = device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants(), tile_params.subgroup_size});
+    reduce_ = device.kernel({KMeansShaders<T>::reduce(), 2, 8, {kReduceLanes}});
+    inertia_ = device.kernel({KMeansShaders<T>::inertia(), 5, 12, {kInertiaThreads, static_cast<std::uint32_t>(d_)}});
   }
 
   const LloydPlan& plan() const { return plan_; }
@@ -263,7 +263,7 @@ class LloydEngine {
   Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
-  const vulkan::Kernel *lloyd_ = nullptr, *reduce_ = nullptr, *inertia_ = nullptr;
+  vulkan::KernelRef lloyd_, reduce_, inertia_;
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`

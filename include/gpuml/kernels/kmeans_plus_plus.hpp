@@ -73,8 +73,8 @@ class PlusPlusEngine {
     readback_ = device.buffer(std::max<std::uint64_t>({block_sums_.size(), std::uint64_t(parts_) * trials_, trials_ * kBlock}) * s,
                               vulkan::MemoryUse::readback);
     const std::uint32_t d = static_cast<std::uint32_t>(d_);
-    potentials_ = &device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 0}});
-    commit_ = &device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 1}});
+    potentials_ = device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 0}});
+    commit_ = device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 1}});
   }
 
   /// How many chunks X was split into.
@@ -179,7 +179,7 @@ class PlusPlusEngine {
   std::vector<double> block_sums_;
   std::map<std::int64_t, std::vector<double>> masses_;  // per-sample masses of the blocks read this round
   vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_;
-  const vulkan::Kernel *potentials_ = nullptr, *commit_ = nullptr;
+  vulkan::KernelRef potentials_, commit_;
 };
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.

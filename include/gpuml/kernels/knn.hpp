@@ -656,25 +656,25 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   const auto& kernel = device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, false, cpu)});
   const auto& status = Workspace::fit(device, ws.status, 16, MemoryUse::readback);
   const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
-  const vulkan::Kernel* appender = nullptr;
-  const vulkan::Kernel* gather = nullptr;
+  vulkan::KernelRef appender;
+  vulkan::KernelRef gather;
   // Cooperative matrices for the list passes (float32 (squared) euclidean): the filter appends candidates' indices,
   // the gather forms their values.
-  const vulkan::Kernel* coop = nullptr;
-  const vulkan::Kernel* half = nullptr;
+  vulkan::KernelRef coop;
+  vulkan::KernelRef half;
   const std::uint64_t half_pairs = ceil_div(d, 16) * 8;  // uints per float16 row
   if constexpr (std::is_same_v<T, float>) {
     const auto& info = device.info();
     if (slots && coop_lists) {
-      coop = &device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {},
+      coop = device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {},
                              info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
-      half = &device.kernel({KnnShaders<T>::half(), 4, 6 * sizeof(std::uint32_t), {}});
+      half = device.kernel({KnnShaders<T>::half(), 4, 6 * sizeof(std::uint32_t), {}});
       Workspace::fit(device, ws.query_half, ceil_div(mb_max, kKnnCoopQueries) * kKnnCoopQueries * half_pairs * 4);
     }
   }
   if (slots) {
-    appender = &device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true, cpu)});
-    gather = &device.kernel({KnnShaders<T>::gather(), 10, 5 * sizeof(std::uint32_t),
+    appender = device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true, cpu)});
+    gather = device.kernel({KnnShaders<T>::gather(), 10, 5 * sizeof(std::uint32_t),
                              {kKnnGatherThreads, static_cast<std::uint32_t>(slots), coop ? 1u : 0u, cpu ? 1u : 0u}});
   }
 

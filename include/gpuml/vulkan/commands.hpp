@@ -101,6 +101,12 @@ class Commands {
     return dispatch_bytes(kernel, buffers, &push, sizeof(Push), x, y, z);
   }
 
+  template <class Push>
+  Commands& dispatch(const KernelRef& kernel, std::initializer_list<BufferSlice> buffers, const Push& push,
+                     std::uint32_t x, std::uint32_t y = 1, std::uint32_t z = 1) {
+    return dispatch(*kernel, buffers, push, x, y, z);
+  }
+
   /// Makes every earlier shader or transfer write visible to every later shader or transfer access.
   Commands& barrier() {
     VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};

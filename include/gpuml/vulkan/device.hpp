@@ -7,6 +7,7 @@
 #include <gpuml/vulkan/pipeline_cache.hpp>
 
 #include <chrono>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -123,6 +124,7 @@ class Device {
     fn().vkDeviceWaitIdle(device_);
     save_pipeline_cache();
     kernels_.clear();
+    recent_.clear();
     pipeline_cache_.reset();
     fn().vkDestroyDevice(device_, nullptr);
     device_ = VK_NULL_HANDLE;
@@ -153,18 +155,44 @@ class Device {
     return Buffer(device_, memory_, bytes, use, info_.unified_memory);
   }
 
-  /// The pipeline for `spec`, built on first use (through the pipeline cache) and kept for the device's lifetime.
-  const Kernel& kernel(const KernelSpec& spec) {
+  /// Pipelines kept for reuse beyond those in use: problems specialise pipelines (k-means on k and d), so a
+  /// process fitting many shapes would otherwise keep one pipeline per shape for ever.
+  static constexpr std::size_t kKeptKernels = 32;
+
+  /// The pipeline for `spec`, built on first use (through the pipeline cache). The device keeps the most recently
+  /// used kKeptKernels of those no caller holds; a caller holds its KernelRef while it records and submits.
+  KernelRef kernel(const KernelSpec& spec) {
     std::lock_guard lock(kernels_mutex_);
     auto it = kernels_.find(spec);
-    if (it != kernels_.end()) return *it->second;
+    if (it != kernels_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.second);  // now the most recently used
+      return it->second.first;
+    }
     const auto start = std::chrono::steady_clock::now();
-    auto made = std::make_unique<Kernel>(device_, pipeline_cache_.get(), spec);
+    auto made = std::make_shared<const Kernel>(device_, pipeline_cache_.get(), spec);
     pipeline_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++pipelines_built_;
     cache_dirty_ = true;
     save_pipeline_cache();  // now, not at exit: pipelines are built rarely, and exit order is fragile
-    return *kernels_.emplace(spec, std::move(made)).first->second;
+    recent_.push_front(spec);
+    kernels_.emplace(spec, std::make_pair(made, recent_.begin()));
+    // Release the least recently used pipelines no caller holds, beyond the kept number.
+    for (auto r = std::prev(recent_.end()); kernels_.size() > kKeptKernels && r != recent_.begin();) {
+      auto entry = kernels_.find(*r);
+      auto older = std::prev(r);
+      if (entry->second.first.use_count() == 1) {
+        kernels_.erase(entry);
+        recent_.erase(r);
+      }
+      r = older;
+    }
+    return made;
+  }
+
+  /// Pipelines the device holds now (in use or kept for reuse).
+  std::size_t kernels_held() const {
+    std::lock_guard lock(kernels_mutex_);
+    return kernels_.size();
   }
 
   /// Time spent creating pipelines so far, and how many: the cost the on-disk cache saves.
@@ -204,8 +232,9 @@ class Device {
   PipelineCacheHandle pipeline_cache_;
   std::string cache_path_;
   bool cache_dirty_ = false;
-  std::mutex kernels_mutex_;
-  std::map<KernelSpec, std::unique_ptr<Kernel>> kernels_;
+  mutable std::mutex kernels_mutex_;
+  std::list<KernelSpec> recent_;  // most recently used first
+  std::map<KernelSpec, std::pair<KernelRef, std::list<KernelSpec>::iterator>> kernels_;
   double pipeline_seconds_ = 0;
   std::uint32_t pipelines_built_ = 0;
   mutable std::mutex mutex_;

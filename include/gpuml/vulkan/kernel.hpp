@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gpuml::vulkan {
@@ -31,6 +32,10 @@ struct KernelSpec {
     return required_subgroup_size < o.required_subgroup_size;
   }
 };
+
+class Kernel;
+/// A pipeline, shared by the device's cache and the callers recording with it.
+using KernelRef = std::shared_ptr<const Kernel>;
 
 class Kernel {
  public:
