@@ -443,3 +443,29 @@ TEST(KMeansDevice, PipelinesOfManyShapesAreNotAllKept) {
     EXPECT_LE(dev.backend.device()->kernels_held(), std::max(before, gpuml::vulkan::Device::kKeptKernels));
   }
 }
+
+// k near 2048: the class tile's per-cluster masks outgrow small shared memories (32 KiB on lavapipe); the default
+// policy must find a tile the device runs (fewer threads), not refuse the problem or leave it to the host.
+TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    for (const Eigen::Index k : {Eigen::Index(2047), Eigen::Index(2048)}) {
+      const Matrix<T> X = random_matrix<T>(2 * k + 5, 3, 800 + k, -4.0, 4.0);
+      KMeansParams p;
+      p.n_clusters = static_cast<int>(k);
+      p.init_centers = X.topRows(k).template cast<double>();
+      p.max_iter = 2;
+      std::vector<std::string> said;
+      auto previous = gpuml::set_warning_handler([&](const std::string& m) { said.push_back(m); });
+      KMeans<T> gpu(p, dev.backend);
+      gpu.fit(X);
+      gpuml::set_warning_handler(previous);
+      for (const auto& m : said) EXPECT_EQ(m.find("host backend"), std::string::npos) << m;
+      KMeans<T> host(p, gpuml::Backend::host());
+      host.fit(X);
+      EXPECT_NEAR(gpu.inertia(), host.inertia(), 1e-5 * host.inertia()) << "k=" << k;
+      EXPECT_EQ(gpu.n_iter(), host.n_iter());
+      expect_nearest<T>(X, gpu.cluster_centers(), gpu.labels(), gap<T>());
+    }
+  }
+}

@@ -149,21 +149,34 @@ inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) 
   }
 }
 
-/// The catalogue tile for a k x d problem. On CPU devices a problem whose centre x feature tiles would pass
-/// llvmpipe's loop limit with the class tile takes the CPU tile with the fewest such loops instead (k = d = 1024
-/// needs wide feature tiles to stay correct there).
+/// The catalogue tile for a k x d problem. Where the class tile does not fit the problem (shared memory grows
+/// with k: a mask per cluster and thread group), the same tile with fewer threads is tried. On CPU devices a problem
+/// whose centre x feature tiles would pass llvmpipe's loop limit with the class tile takes the CPU tile with the
+/// fewest such loops instead (k = d = 1024 needs wide feature tiles to stay correct there; the kernel reports the
+/// limit where it is still reached, and the fit then runs on the host).
 template <class T>
 KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
   const KMeansTileParams tile = kmeans_catalogue_tile(device);
-  if (device.type != vulkan::DeviceType::cpu || kmeans_can_implement<T>(device, tile, k, d)) return tile;
+  if (kmeans_can_implement<T>(device, tile, k, d)) return tile;
+  std::vector<KMeansTileParams> candidates{tile};
+  if (device.type == vulkan::DeviceType::cpu)
+    for (const KMeansTileParams& t : {KMeansTile<128, 1, 4, 32, 128>::tile, KMeansTile<128, 1, 8, 16, 128>::tile,
+                                      KMeansTile<128, 1, 2, 64, 128>::tile})
+      candidates.push_back(t);
+  for (std::size_t i = 0, n = candidates.size(); i < n; ++i)
+    for (KMeansTileParams t = candidates[i]; t.threads > 32;) {
+      t.threads /= 2;
+      candidates.push_back(t);
+    }
   KMeansTileParams best = tile;
   std::uint64_t best_loops = ~std::uint64_t(0);
-  for (const KMeansTileParams& t : {tile, KMeansTile<128, 1, 4, 32, 128>::tile, KMeansTile<128, 1, 8, 16, 128>::tile,
-                                    KMeansTile<128, 1, 2, 64, 128>::tile}) {
+  bool best_fits = false;
+  for (const KMeansTileParams& t : candidates) {
     if (!kmeans_tile_shape_misfit(device, t).empty()) continue;
     try {
-      const std::uint64_t loops = kmeans_tile_loops<T>(device, t, k, d);
-      if (loops < best_loops) best = t, best_loops = loops;
+      const std::uint64_t loops = kmeans_tile_loops<T>(device, t, k, d);  // throws past the device's limits
+      const bool fits = kmeans_can_implement<T>(device, t, k, d);
+      if ((fits && !best_fits) || (fits == best_fits && loops < best_loops)) best = t, best_loops = loops, best_fits = fits;
     } catch (const unsupported&) {
     }
   }
