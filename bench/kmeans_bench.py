@@ -13,6 +13,7 @@ that is not present) is skipped with a note.
     python3 bench/kmeans_bench.py                                 # host + gpu (if present) + sklearn + sklearnex
     python3 bench/kmeans_bench.py --n 200000 --backends host,cpu --peers sklearn
     python3 bench/kmeans_bench.py --backends gpu,host --peers sklearn,sklearnex,torch   # GPU machine
+    python3 bench/kmeans_bench.py --backends gpu --peers torch,flash-fp16,flash-tf32,flash-ieee  # with flash-kmeans
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> int:
                     help="gpuml devices to run, comma-separated: host, gpu, discrete, integrated, cpu (lavapipe), N, "
                          "a name, or none (default host,gpu; absent ones are skipped)")
     ap.add_argument("--peers", default="sklearn,sklearnex,torch",
-                    help="peers, comma-separated: sklearn, sklearnex, torch, or none (default all; torch is skipped "
+                    help="peers, comma-separated: sklearn, sklearnex, torch, flash-fp16, flash-tf32, flash-ieee (flash-kmeans), or none (default sklearn, sklearnex, torch; torch is skipped "
                          "without torch or CUDA)")
     ap.add_argument("--torch-device", default="cuda")
     add_run_arguments(ap, "gpuml-kmeans", "fits")
@@ -128,8 +129,21 @@ def main() -> int:
                 ms = r["ms_per_iter"]
                 name = f"torch {r['version']} (TF32 off)"
                 seconds = r["ms"] / 1e3
+            elif peer.startswith("flash"):
+                mode = peer.partition("-")[2] or "fp16"
+                if importlib.util.find_spec("flash_kmeans") is None or mode not in peers.FLASH_MODES:
+                    notes.append(f"{peer} skipped: flash-kmeans is not installed, or not a mode of "
+                                 f"{', '.join('flash-' + m for m in peers.FLASH_MODES)}")
+                    continue
+                r = peers.flash_kmeans_subprocess(x_path, init_path, args.max_iter, mode, args.timeout)
+                device = r["device"]
+                ms = r["ms_per_iter"]
+                name = f"flash-kmeans {r['version']}, {peers.FLASH_MODES[mode]}"
+                seconds = r["ms"] / 1e3
+                notes.append(f"{name}: {r['float64_mislabels']:,} labels are not the float64 argmin of their centres")
             else:
-                notes.append(f"unknown peer '{peer}' skipped (sklearn, sklearnex, torch)")
+                notes.append(f"unknown peer '{peer}' skipped (sklearn, sklearnex, torch, flash-fp16, flash-tf32, "
+                             "flash-ieee)")
                 continue
         except Exception as e:  # a peer that cannot run here (no CUDA, ...) is a note, not a failure
             notes.append(f"{peer} skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")

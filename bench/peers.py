@@ -444,6 +444,75 @@ def torch_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, chunk_rows:
     return out
 
 
+def float64_mislabels(torch, Xt, C, labels, chunk_rows: int = 1 << 21) -> int:
+    """Samples whose label is not the float64 argmin of their squared distances to centres C (ties: any minimiser)."""
+    C64 = C.to(torch.float64)
+    c_norm = (C64 * C64).sum(1)
+    wrong = 0
+    for start in range(0, Xt.shape[0], chunk_rows):
+        x = Xt[start : start + chunk_rows].to(torch.float64)
+        d = torch.addmm(c_norm.unsqueeze(0), x, C64.t(), beta=1.0, alpha=-2.0)
+        best = d.min(1).values
+        mine = d.gather(1, labels[start : start + chunk_rows].view(-1, 1).to(torch.int64)).squeeze(1)
+        wrong += int((mine > best).sum().item())
+    return wrong
+
+
+FLASH_MODES = {"fp16": "float16 inputs", "tf32": "float32 inputs, its default TF32 products",
+               "ieee": "float32 inputs, IEEE products (TRITON_F32_DEFAULT=ieee)"}
+
+
+def flash_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, mode: str = "fp16", device: str = "cuda") -> dict:
+    """flash-kmeans (Triton) batch_kmeans_Euclid, tol=0, n_iter iterations from `init`, timed with CUDA events after
+    one warm-up iteration (Triton compiles then). The mode picks the precision: float16 inputs, float32 with its
+    default TF32 products, or float32 with IEEE products; the IEEE mode must be chosen before Triton compiles, so
+    each mode runs in its own process (flash_kmeans_subprocess). The dict counts the labels of one more assignment
+    to the final centres that are not their float64 argmin."""
+    import torch
+    import flash_kmeans as fk
+    from flash_kmeans import kmeans_triton_impl as impl
+
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n, d = X.shape
+    k = init.shape[0]
+    dtype = torch.float16 if mode == "fp16" else torch.float32
+    with torch.no_grad():
+        dev = torch.device(device)
+        Xt32 = torch.from_numpy(X).to(dev)
+        x = Xt32.to(dtype).unsqueeze(0)
+        C0 = torch.from_numpy(np.ascontiguousarray(init, dtype=np.float32)).to(dev).to(dtype).unsqueeze(0)
+        fk.batch_kmeans_Euclid(x, k, max_iters=1, tol=0.0, init_centroids=C0.clone())  # compiles
+        torch.cuda.synchronize(dev)
+        with _Timer(torch, device) as t:
+            _, C, iters = fk.batch_kmeans_Euclid(x, k, max_iters=n_iter, tol=0.0, init_centroids=C0.clone())
+        x_sq = (x.float() ** 2).sum(-1).to(dtype)
+        _, _, labels = impl._euclid_iter_compiled(x, x_sq, C, True)
+        centres = C[0].float()
+        wrong = float64_mislabels(torch, Xt32, centres, labels[0])
+        device_name = _torch_device_name(torch, device)
+    return {"library": "flash-kmeans", "version": getattr(fk, "__version__", "?"), "mode": mode,
+            "device": device_name, "n": n, "d": d, "k": k, "n_iter": int(iters), "ms": t.ms,
+            "ms_per_iter": t.ms / max(int(iters), 1), "inertia": kmeans_inertia(X, centres.cpu().numpy()),
+            "float64_mislabels": wrong}
+
+
+def flash_kmeans_subprocess(x_path, init_path, n_iter: int, mode: str, timeout: float | None = None) -> dict:
+    """flash_kmeans in a fresh process (the Triton precision is read once per process)."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if mode == "ieee":
+        env["TRITON_F32_DEFAULT"] = "ieee"
+    cmd = [sys.executable, __file__, "flash", str(x_path), str(init_path), str(n_iter), mode]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError((p.stderr.strip().splitlines() or ["no output"])[-1])
+    return json.loads(lines[-1])
+
+
 def torch_knn(db: np.ndarray, queries: np.ndarray, k: int = 10, query_tile: int = 1024, db_chunk: int | None = None,
               device: str = "cuda", warmup: bool = True, return_result: bool = False) -> dict:
     """Brute-force k-NN in PyTorch float32 (TF32 off): for each tile of query_tile queries,
@@ -565,9 +634,15 @@ def torch_pairwise(n: int = 16384, m: int = 16384, d: int = 128, repeats: int = 
     }
 
 
-if __name__ == "__main__":  # a small smoke run of the CPU peers
+if __name__ == "__main__":
     import json
+    import sys
 
+    if len(sys.argv) == 6 and sys.argv[1] == "flash":  # flash_kmeans_subprocess: X.npy init.npy n_iter mode
+        _, _, x_path, init_path, n_iter, mode = sys.argv
+        print(json.dumps(flash_kmeans(np.load(x_path, mmap_mode="r"), np.load(init_path), int(n_iter), mode)))
+        sys.exit(0)
+    # a small smoke run of the CPU peers
     X, init = make_workload(100_000)
     for fn in (sklearn_kmeans, sklearnex_kmeans):
         print(json.dumps(fn(X, init, max_iter=20)))
