@@ -432,3 +432,43 @@ TEST_F(IoTest, ChoosesFormatByExtension) {
 }
 
 }  // namespace
+
+// CSV as people have it: a mistyped number in the first row is an error naming it (not a silently dropped
+// "header"), a numeric first row is data, other delimiters, a forced header, and a choice of columns by name or
+// position (iris with its species column).
+TEST_F(IoTest, CsvHeaderDelimiterAndColumns) {
+  write_bytes(path("typo.csv"), "1.0,2.O,3.0,4.0\n5,6,7,8\n");
+  expect_invalid([&] { (void)gpuml::read_csv<double>(path("typo.csv")); }, path("typo.csv"),
+                 "line 1, field 2: '2.O' is not a number");
+  write_bytes(path("numeric.csv"), "1,2\n3,4\n");
+  EXPECT_EQ(gpuml::read_csv<double>(path("numeric.csv")).rows(), 2);
+  gpuml::CsvOptions forced;
+  forced.header = gpuml::CsvOptions::Header::yes;
+  EXPECT_EQ(gpuml::read_csv<double>(path("numeric.csv"), forced), (Matrix<double>(1, 2) << 3, 4).finished());
+  gpuml::CsvOptions none;
+  none.header = gpuml::CsvOptions::Header::no;
+  write_bytes(path("names.csv"), "a,b\n1,2\n");
+  expect_invalid([&] { (void)gpuml::read_csv<double>(path("names.csv"), none); }, path("names.csv"),
+                 "line 1, field 1: 'a' is not a number");
+
+  write_bytes(path("semi.csv"), "x;y;z\n1,5;2;3\n4;5;6\n");
+  gpuml::CsvOptions semi;
+  semi.delimiter = ';';
+  expect_invalid([&] { (void)gpuml::read_csv<double>(path("semi.csv"), semi); }, path("semi.csv"),
+                 "line 2, field 1: '1,5'");
+  write_bytes(path("semi.csv"), "x;y;z\n1.5;2;3\n4;5;6\n");
+  EXPECT_EQ(gpuml::read_csv<double>(path("semi.csv"), semi), (Matrix<double>(2, 3) << 1.5, 2, 3, 4, 5, 6).finished());
+
+  write_bytes(path("iris.csv"),
+              "sepal_length,sepal_width,petal_length,petal_width,species\n5.1,3.5,1.4,0.2,setosa\n"
+              "7.0,3.2,4.7,1.4,versicolor\n6.3,3.3,6.0,2.5,virginica\n");
+  expect_invalid([&] { (void)gpuml::read_csv<double>(path("iris.csv")); }, path("iris.csv"),
+                 "line 2, field 5: 'setosa' is not a number");
+  gpuml::CsvOptions pick;
+  pick.columns = {"sepal_length", "1", "petal_width"};
+  EXPECT_EQ(gpuml::read_matrix<double>(path("iris.csv"), pick),
+            (Matrix<double>(3, 3) << 5.1, 3.5, 0.2, 7.0, 3.2, 1.4, 6.3, 3.3, 2.5).finished());
+  pick.columns = {"petal_colour"};
+  expect_invalid([&] { (void)gpuml::read_csv<double>(path("iris.csv"), pick); }, path("iris.csv"),
+                 "no column 'petal_colour'");
+}

@@ -1,5 +1,6 @@
-// Comma-separated text in and out. Reading: numbers separated by commas, an optional header line (taken as such when
-// the first non-blank line does not parse as numbers), blank lines ignored, CRLF and a UTF-8 BOM tolerated.
+// Comma-separated text in and out. Reading: numbers separated by commas (or another delimiter), an optional header
+// line (detected when none of the first non-blank line's fields is a number, or forced), a choice of columns, blank
+// lines ignored, CRLF and a UTF-8 BOM tolerated.
 // Writing: the shortest text that reads back to the same value (std::to_chars), so files round-trip exactly.
 #pragma once
 
@@ -71,29 +72,16 @@ bool parse_field(std::string_view s, T& out) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-/// Splits a line into fields and parses them; on failure returns the index of the bad field.
-template <class T>
-bool parse_line(std::string_view line, std::vector<T>& row, std::size_t& bad_field) {
-  row.clear();
+/// Splits a line at `delimiter` into its fields (trimmed, quotes removed).
+inline void split_fields(std::string_view line, char delimiter, std::vector<std::string_view>& fields) {
+  fields.clear();
   std::size_t start = 0;
   for (;;) {
-    const std::size_t comma = line.find(',', start);
-    const std::string_view field = line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-    T v{};
-    if (!parse_field(field, v)) {
-      bad_field = row.size();
-      return false;
-    }
-    row.push_back(v);
-    if (comma == std::string_view::npos) return true;
-    start = comma + 1;
+    const std::size_t at = line.find(delimiter, start);
+    fields.push_back(trim(line.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start)));
+    if (at == std::string_view::npos) return;
+    start = at + 1;
   }
-}
-
-inline std::size_t count_fields(std::string_view line) {
-  std::size_t n = 1;
-  for (char c : line) n += c == ',';
-  return n;
 }
 
 template <class T>
@@ -128,62 +116,85 @@ void write_rows(const std::string& path, const Eigen::DenseBase<Derived>& m) {
 
 }  // namespace detail::csv
 
+/// How read_csv reads a file: the field delimiter, whether the first non-blank line is a header, and which
+/// columns to keep (0-based positions, or names from the header; empty: all).
+struct CsvOptions {
+  enum class Header { detect, yes, no };
+  char delimiter = ',';
+  Header header = Header::detect;  ///< detect: a header when none of the first line's fields is a number
+  std::vector<std::string> columns;
+};
+
 /// Reads a CSV file of numbers into a row-major Matrix<T> (T is float, double, int32_t or int64_t).
-/// The first non-blank line is skipped as a header when it does not parse as numbers; blank lines are ignored;
-/// rows of different lengths or unparsable fields throw gpuml::invalid_input naming the line (1-based).
+/// The first non-blank line is a header when options say so, or (detected) when none of its fields is a number: a
+/// first row with one mistyped number is an error, not a header. Blank lines are ignored; rows of different
+/// lengths or unparsable fields throw gpuml::invalid_input naming the line (1-based) and the field.
 /// A file with no data rows gives a 0 x 0 matrix (0 x n after a header of n names).
 template <class T>
-Matrix<T> read_csv(const std::string& path) {
+Matrix<T> read_csv(const std::string& path, const CsvOptions& options = {}) {
   static_assert(detail::csv::is_csv_scalar<T>, "read_csv<T>: T must be float, double, int32_t or int64_t");
   const std::string text = detail::csv::slurp(path);
   std::string_view rest(text);
   if (rest.size() >= 3 && rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);
-
   std::vector<T> values;
-  std::vector<T> row;
-  Eigen::Index cols = -1, rows = 0;
-  std::size_t line_no = 0, cols_line = 0;
+  std::vector<std::string_view> fields;
+  std::vector<std::size_t> keep;  // the chosen columns' positions
+  std::size_t width = 0, width_line = 0, line_no = 0;
+  Eigen::Index rows = 0;
   bool first = true, header = false;
+  const auto what = [](std::size_t line, std::size_t field) {
+    return "line " + std::to_string(line) + ", field " + std::to_string(field + 1);
+  };
   while (!rest.empty()) {
     const std::size_t nl = rest.find('\n');
     const std::string_view line = rest.substr(0, nl);
     rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
     ++line_no;
     if (detail::csv::trim(line).empty()) continue;
-    std::size_t bad = 0;
-    const bool ok = detail::csv::parse_line(line, row, bad);
+    detail::csv::split_fields(line, options.delimiter, fields);
     if (first) {
       first = false;
-      if (!ok) {  // header line
-        cols = static_cast<Eigen::Index>(detail::csv::count_fields(line));
-        cols_line = line_no;
+      width = fields.size();
+      width_line = line_no;
+      header = options.header == CsvOptions::Header::yes;
+      if (options.header == CsvOptions::Header::detect) {
         header = true;
-        continue;
+        T v{};
+        for (auto f : fields) header = header && !detail::csv::parse_field(f, v);
       }
+      for (const std::string& c : options.columns) {
+        std::size_t at = fields.size();
+        if (header)
+          for (std::size_t j = 0; j < fields.size(); ++j)
+            if (fields[j] == c) at = j;
+        if (at == fields.size() && !c.empty() && c.find_first_not_of("0123456789") == std::string::npos) at = std::stoul(c);
+        if (at >= fields.size())
+          detail::csv::fail(path, "--columns: no column '" + c + "' (the first line has " + std::to_string(fields.size()) +
+                                      " fields" + (header ? ": " + std::string(line) : std::string()) + ")");
+        keep.push_back(at);
+      }
+      if (keep.empty())
+        for (std::size_t j = 0; j < fields.size(); ++j) keep.push_back(j);
+      if (header) continue;
+    } else if (fields.size() != width) {
+      detail::csv::fail(path, "line " + std::to_string(line_no) + " has " + std::to_string(fields.size()) +
+                                  " fields, but line " + std::to_string(width_line) + (header ? " (the header)" : "") +
+                                  " has " + std::to_string(width));
     }
-    if (!ok) {
-      std::size_t start = 0;  // recover the offending field's text for the message
-      for (std::size_t k = 0; k < bad; ++k) start = line.find(',', start) + 1;
-      const std::size_t comma = line.find(',', start);
-      std::string field(
-          detail::csv::trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-      if (field.size() > 40) field = field.substr(0, 40) + "...";
-      detail::csv::fail(path, "line " + std::to_string(line_no) + ", field " + std::to_string(bad + 1) + ": '" + field +
-                                  "' is not " + (std::is_floating_point_v<T> ? "a number" : "an integer"));
+    for (std::size_t j : keep) {
+      T v{};
+      if (!detail::csv::parse_field(fields[j], v)) {
+        std::string field(fields[j]);
+        if (field.size() > 40) field = field.substr(0, 40) + "...";
+        detail::csv::fail(path, what(line_no, j) + ": '" + field + "' is not " +
+                                    (std::is_floating_point_v<T> ? "a number" : "an integer") +
+                                    (rows == 0 && !header ? " (a header row has no numbers at all)" : ""));
+      }
+      values.push_back(v);
     }
-    const auto n = static_cast<Eigen::Index>(row.size());
-    if (cols < 0) {
-      cols = n;
-      cols_line = line_no;
-    } else if (n != cols) {
-      detail::csv::fail(path, "line " + std::to_string(line_no) + " has " + std::to_string(n) + " fields, but line " +
-                                  std::to_string(cols_line) + (header ? " (the header)" : "") + " has " +
-                                  std::to_string(cols));
-    }
-    values.insert(values.end(), row.begin(), row.end());
     ++rows;
   }
-  if (cols < 0) cols = 0;
+  const auto cols = static_cast<Eigen::Index>(keep.size());
   Matrix<T> m(rows, cols);
   if (rows > 0) m = Eigen::Map<const Matrix<T>>(values.data(), rows, cols);
   return m;

@@ -25,10 +25,10 @@ inline FileFormat file_format(const std::string& path) {
   throw invalid_input("gpuml: cannot tell the format of '" + path + "': expected a .npy or .csv extension");
 }
 
-/// Reads a .npy or .csv file into a row-major Matrix<T> (see read_npy and read_csv).
+/// Reads a .npy or .csv file into a row-major Matrix<T> (see read_npy and read_csv; `csv` applies to CSV files).
 template <class T>
-Matrix<T> read_matrix(const std::string& path) {
-  return file_format(path) == FileFormat::npy ? read_npy<T>(path) : read_csv<T>(path);
+Matrix<T> read_matrix(const std::string& path, const CsvOptions& csv = {}) {
+  return file_format(path) == FileFormat::npy ? read_npy<T>(path) : read_csv<T>(path, csv);
 }
 
 /// Reads labels from a .npy or .csv file.
