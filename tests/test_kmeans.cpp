@@ -790,3 +790,42 @@ TEST(KMeansHostMemory, OutOfMemoryNamesTheWorkAndTheSize) {
   EXPECT_FALSE(km.fitted());
 }
 #endif
+
+// The iteration callback sees every iteration in order on every backend, and returning false cancels the fit
+// with gpuml::cancelled, leaving an earlier fit as it was.
+TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {
+  using T = TypeParam;
+  const Matrix<T> X = gpuml::testing::random_matrix<T>(997, 5, 131);
+  FOR_EACH_BACKEND(nb) {
+    KMeansParams p;
+    p.n_clusters = 6;
+    p.init_centers = X.topRows(6).template cast<double>();
+    p.max_iter = 40;
+    p.tol = 0;
+    std::vector<int> seen;
+    int stop_after = -1;  // < 0: never
+    p.on_iteration = [&](const gpuml::LloydIteration& it) {
+      EXPECT_EQ(it.max_iter, 40);
+      EXPECT_GE(it.center_shift, 0.0);
+      seen.push_back(it.iteration);
+      return stop_after < 0 || it.iteration < stop_after;
+    };
+    KMeans<T> km(p, nb.backend);
+    km.fit(X);
+    ASSERT_EQ(static_cast<int>(seen.size()), km.n_iter());
+    for (int i = 0; i < km.n_iter(); ++i) EXPECT_EQ(seen[i], i);
+    ASSERT_GT(km.n_iter(), 3);
+    const Labels before = km.labels();
+    const double inertia = km.inertia();
+
+    stop_after = 2;
+    seen.clear();
+    EXPECT_THROW(km.fit(X), gpuml::cancelled);
+    EXPECT_EQ(seen.size(), 3u);
+    EXPECT_TRUE(km.labels() == before);
+    EXPECT_EQ(km.inertia(), inertia);
+    KMeans<T> fresh(p, nb.backend);
+    EXPECT_THROW(fresh.fit(X), gpuml::cancelled);
+    EXPECT_FALSE(fresh.fitted());
+  }
+}

@@ -5,6 +5,7 @@
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/metric.hpp>

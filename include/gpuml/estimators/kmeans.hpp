@@ -36,6 +36,9 @@ struct KMeansParams {
   double tol = 1e-4;  ///< relative to the mean per-feature variance of X
   std::uint64_t random_state = 0;
   bool verbose = false;
+  /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
+  /// the fit, which then throws gpuml::cancelled and leaves the estimator as it was.
+  IterationCallback on_iteration;
 };
 
 namespace detail {
@@ -66,11 +69,12 @@ auto device_or_host(OnDevice&& on_device, OnHost&& on_host) -> decltype(on_host(
 
 template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
-                               int max_iter, double tol_absolute, bool verbose) {
-  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose); };
+                               int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration) {
+  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); };
   if (auto* device = device_for<T>(backend))
-    return device_or_host([&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose); },
-                          on_host);
+    return device_or_host(
+        [&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },
+        on_host);
   return on_host();
 }
 
@@ -238,7 +242,8 @@ class KMeans {
         std::fflush(stdout);
       }
       host::LloydResult<T> r =
-          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose);
+          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
+                                       p.on_iteration);
       if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
         best = std::move(r);
     }

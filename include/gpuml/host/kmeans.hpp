@@ -7,6 +7,8 @@
 // one GEMM per chunk gives <x,c>, the argmin of ||c||^2 - 2<x,c> keeps the lowest index on ties.
 #pragma once
 
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 
@@ -538,7 +540,7 @@ namespace kmeans_detail {
 /// The M-step (relocation, averaging), convergence and verbose output live here, once for every backend.
 template <class T, class Engine>
 LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
-                          int max_iter, double tol_absolute, bool verbose) {
+                          int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration = {}) {
   const Eigen::Index k = init_centers.rows();
   LloydResult<T> r;
   Matrix<T> centers = init_centers, centers_new(k, X.cols());
@@ -552,6 +554,7 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
     if (verbose) {
       const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
       std::printf("Iteration %d, inertia %s.\n", i, py_repr(in).c_str());
+      std::fflush(stdout);  // as it happens, also when stdout is a pipe
     }
     T shift_tot = 0;
     for (Eigen::Index j = 0; j < k; ++j) {
@@ -559,8 +562,10 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
       shift_tot += s * s;
     }
     std::swap(centers, centers_new);
+    if (on_iteration && !on_iteration(LloydIteration{i, max_iter, static_cast<double>(shift_tot)}))
+      throw cancelled("KMeans.fit was cancelled at iteration " + std::to_string(i) + "; the estimator is unchanged");
     if (!changed) {
-      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
+      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i), std::fflush(stdout);
       r.strict_convergence = true;
       break;
     }
@@ -611,9 +616,9 @@ double kmeans_detail::HostLloyd<T>::inertia(const Matrix<T>& C) const {
 /// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data, on the host.
 template <class T>
 LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
-                     bool verbose) {
+                     bool verbose, const IterationCallback& on_iteration = {}) {
   kmeans_detail::HostLloyd<T> engine(X, w);
-  return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
+  return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
 namespace kmeans_detail {
