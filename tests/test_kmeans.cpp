@@ -829,3 +829,26 @@ TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {
     EXPECT_FALSE(fresh.fitted());
   }
 }
+
+// A model made from saved centres predicts, transforms and scores as the model they came from.
+TYPED_TEST(KMeansTest, ModelFromSavedCentresPredictsAsTheFittedOne) {
+  using T = TypeParam;
+  const Matrix<T> X = gpuml::testing::random_matrix<T>(613, 7, 141);
+  FOR_EACH_BACKEND(nb) {
+    KMeansParams p;
+    p.n_clusters = 9;
+    p.random_state = gpuml::testing::test_seed();
+    KMeans<T> fitted(p, nb.backend);
+    fitted.fit(X);
+    KMeans<T> saved(p, nb.backend);
+    saved.set_cluster_centers(fitted.cluster_centers());
+    EXPECT_TRUE(saved.predict(X) == fitted.labels());
+    EXPECT_EQ(saved.transform(X), fitted.transform(X));
+    EXPECT_EQ(saved.score(X), fitted.score(X));
+    EXPECT_EQ(saved.n_iter(), 0);
+    Matrix<T> bad = fitted.cluster_centers();
+    bad(1, 1) = std::numeric_limits<T>::quiet_NaN();
+    EXPECT_THROW(saved.set_cluster_centers(bad), gpuml::invalid_input);
+    EXPECT_EQ(saved.cluster_centers(), fitted.cluster_centers());
+  }
+}

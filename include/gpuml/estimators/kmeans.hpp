@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -271,6 +272,20 @@ class KMeans {
   }
 
  public:
+  /// Makes this a fitted model with the given centres (k x d, from an earlier fit: a saved model, an unpickled
+  /// one): predict, transform and score use them. labels() is then empty, inertia() NaN and n_iter() 0, as there
+  /// was no fit on data. Refused (and nothing changed) for an empty or non-finite matrix.
+  KMeans& set_cluster_centers(MatrixView<T> centers) {
+    checks::data(centers, "cluster_centers");
+    centers_ = centers;
+    labels_.resize(0);
+    inertia_ = std::numeric_limits<double>::quiet_NaN();
+    n_iter_ = 0;
+    iteration_seconds_ = 0;
+    fitted_ = true;
+    return *this;
+  }
+
   Labels predict(MatrixView<T> X) const {
     check_input(X);
     return detail::run_assign<T, Policy>(backend_, X, centers_);
