@@ -206,7 +206,8 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     p.n_init = v;
   }
   // The progress bar: iterations of the current initialisation and its centre shift.
-  gpuml_program::ProgressBar bar(gpuml_program::ProgressBar::wanted(o.progress, o.no_progress) && !o.verbose);
+  gpuml_program::ProgressBar bar(gpuml_program::ProgressBar::wanted(o.progress, o.no_progress) && !o.verbose,
+                                 o.progress ? 0.0 : 1.0);  // asked for: from the start; on a terminal: long fits only
   p.on_iteration = [&bar](const gpuml::LloydIteration& it) {
     char status[64];
     std::snprintf(status, sizeof status, "iterations, centre shift %.3g", it.center_shift);
