@@ -852,3 +852,41 @@ TYPED_TEST(KMeansTest, ModelFromSavedCentresPredictsAsTheFittedOne) {
     EXPECT_EQ(saved.cluster_centers(), fitted.cluster_centers());
   }
 }
+
+// Where gpuml differs from scikit-learn on purpose (README, Semantics): n_init = 0 is the C++ spelling of "auto"
+// (10 runs for init = "random", 1 otherwise), and negative sample weights are rejected for every init (scikit-learn
+// fails on them for k-means++ and random, and computes with them for an array init).
+TEST(KMeansParameters, NInitZeroIsAutoAndNegativeWeightsAreRejected) {
+  const Matrix<double> X = gpuml::testing::random_matrix<double>(200, 3, 91);
+  KMeansParams p;
+  p.n_clusters = 4;
+  p.init = "random";
+  p.random_state = gpuml::testing::test_seed();
+  KMeans<double> auto_runs(p, gpuml::Backend::host());
+  auto_runs.fit(X);
+  p.n_init = 10;
+  KMeans<double> ten_runs(p, gpuml::Backend::host());
+  ten_runs.fit(X);
+  p.n_init = 1;
+  KMeans<double> one_run(p, gpuml::Backend::host());
+  one_run.fit(X);
+  EXPECT_EQ(auto_runs.cluster_centers(), ten_runs.cluster_centers());
+  EXPECT_EQ(auto_runs.inertia(), ten_runs.inertia());
+  EXPECT_LE(auto_runs.inertia(), one_run.inertia());
+
+  KMeansParams a;
+  a.n_clusters = 2;
+  a.init_centers = X.topRows(2);
+  Vector<double> w = Vector<double>::Ones(200);
+  w[3] = -1;
+  KMeans<double> km(a, gpuml::Backend::host());
+  try {
+    km.fit(X, w);
+    ADD_FAILURE() << "a negative sample weight was accepted";
+  } catch (const gpuml::invalid_input& e) {
+    EXPECT_NE(std::string(e.what()).find("sample_weight must be non-negative (negative at 3)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(km.fitted());
+  a.n_init = -1;
+  EXPECT_THROW(KMeans<double>(a, gpuml::Backend::host()).fit(X), gpuml::invalid_input);
+}
