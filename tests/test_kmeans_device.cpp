@@ -463,7 +463,9 @@ TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
       for (const auto& m : said) EXPECT_EQ(m.find("host backend"), std::string::npos) << m;
       KMeans<T> host(p, gpuml::Backend::host());
       host.fit(X);
-      EXPECT_NEAR(gpu.inertia(), host.inertia(), 1e-5 * host.inertia()) << "k=" << k;
+      // About two samples per cluster: a label on a float32 near-tie may go either way between engines and builds
+      // (the host's rounding differs with the optimisation level), moving the inertia by a few 1e-5.
+      EXPECT_NEAR(gpu.inertia(), host.inertia(), (std::is_same_v<T, float> ? 1e-3 : 1e-9) * host.inertia()) << "k=" << k;
       EXPECT_EQ(gpu.n_iter(), host.n_iter());
       expect_nearest<T>(X, gpu.cluster_centers(), gpu.labels(), gap<T>());
     }
