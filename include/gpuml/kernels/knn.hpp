@@ -22,7 +22,7 @@
 // into split 0's, 8 at a time per pass. Either way only n_queries x k pairs come back (copied within the search's
 // submission); those of successive database blocks are merged on the host into one running list per query,
 // which is finished exactly as
-// host::knn_search finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
+// the host engine (host/knn.hpp) finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
 // engine's fixed order (exact duplicates at distance exactly 0, the cosine zero-vector rule), sorted by
 // (value, index), euclidean = sqrt(max(d2, 0)), inner product negated back to a similarity (descending).
 //
@@ -42,7 +42,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
-#include <gpuml/host/knn.hpp>
+#include <gpuml/algorithms/knn.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/policy.hpp>
 #include <gpuml/shaders/knn_select_f32.hpp>
@@ -185,18 +185,18 @@ struct knn_default_policy {
     return t.misfit<T>(device);
   }
 
-  /// GPUML_KNN_TILE=wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
+  /// Config::knn_tile (GPUML_KNN_TILE), wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
   /// ignored with a warning (once).
   template <class T>
   static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
-    const char* env = std::getenv("GPUML_KNN_TILE");
-    if (!env || !*env) return std::nullopt;
-    auto values = tuning::parse_tile_list(env, (1u << 20));
+    const std::string env = config().knn_tile();
+    if (env.empty()) return std::nullopt;
+    auto values = tuning::parse_tile_list(env.c_str(), (1u << 20));
     if (values && values->size() == 5) values->push_back(1024);
     const auto tile = values ? from_params(*values) : std::nullopt;
     const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
     if (why.empty()) return tile;
-    tuning::warn_once("ignoring GPUML_KNN_TILE=" + std::string(env) + " on " + device.name + ": " + why);
+    tuning::warn_once("ignoring the k-NN tile " + env + " on " + device.name + ": " + why);
     return std::nullopt;
   }
 
@@ -259,13 +259,7 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGa
 /// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
 inline constexpr std::uint32_t kKnnCoopQueries = 128, kKnnCoopRows = 128;
 
-inline bool knn_coop_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("GPUML_KNN_COOP");
-    return !(env && std::string(env) == "0");
-  }();
-  return on;
-}
+inline bool knn_coop_enabled() { return config().knn_coop(); }
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
 /// that keeps the largest below 2^14, rows padded with zeros to a multiple of 16 features; for database blocks also
@@ -379,22 +373,9 @@ struct KnnBoundSample {
   // at least k pairs pass the list pass), and the list pass's k-th best bounds the search. 0: one level.
   std::uint64_t list_splits = 0, list_rows = 0, list_stride = 0;
 };
-inline constexpr std::uint64_t kKnnSampleFraction = 16;
+inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
 
-inline std::uint64_t knn_sample_fraction() {
-  static const std::uint64_t f = [] {
-    const char* env = std::getenv("GPUML_KNN_SAMPLE");
-    if (!env || !*env) return kKnnSampleFraction;
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (*end || (v != 0 && v < 2)) {
-      tuning::warn_once("ignoring GPUML_KNN_SAMPLE=" + std::string(env) + ": expected 0 or a fraction of at least 2");
-      return kKnnSampleFraction;
-    }
-    return static_cast<std::uint64_t>(v);
-  }();
-  return f;
-}
+inline std::uint64_t knn_sample_fraction() { return config().knn_sample(); }
 
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
@@ -403,11 +384,7 @@ inline std::uint64_t knn_sample_fraction() {
 /// are up to about twice as many as the pairs under the bound); the lists then get up to that many times more slots.
 template <class T>
 std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t candidates = 1) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GPUML_KNN_APPEND");
-    return !(env && std::string(env) == "0");
-  }();
-  if (!enabled) return 0;
+  if (!config().knn_append()) return 0;
   std::uint64_t fits = 1;
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
   // k + 4: at small k the bound (the sample's k-th best) is a noisy quantile, and lists of 2 F k slots overflowed.
@@ -563,12 +540,12 @@ inline KnnSearchStats& knn_last_search() {
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
 /// block for this search.
 template <class T, class Policy = default_knn_policy<T>>
-host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
+algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
                               const KnnDatabase<T>* resident = nullptr) {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
-  host::knn_detail::check_search(n, d, queries.cols(), k);
+  algorithms::check_search(n, d, queries.cols(), k);
   if (static_cast<std::uint64_t>(k) > Policy::max_k)
     throw unsupported("knn_search on a Vulkan device supports k <= " + std::to_string(Policy::max_k) + ", got k = " +
                       std::to_string(k) + " (use the host engine)");
@@ -581,7 +558,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
     throw error("knn_search: the resident database does not match the database given");
 
-  host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
+  algorithms::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   knn_last_search() = KnnSearchStats{.device_ms = 0};
   if (m == 0) return result;
 
@@ -900,15 +877,15 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       cand.assign(best.begin() + q * k, best.begin() + (q + 1) * k);
       if (recompute) {
         const T* qr = queries.row(i).data();
-        const T qsq = metric == Metric::cosine ? host::knn_detail::dot_fixed(qr, qr, d) : T(0);
+        const T qsq = metric == Metric::cosine ? algorithms::dot_fixed(qr, qr, d) : T(0);
         for (auto& [v, j] : cand) {
           const T* x = database.row(j).data();
-          v = metric == Metric::cosine ? host::knn_detail::cosine_exact(qr, x, d, qsq, host::knn_detail::dot_fixed(x, x, d))
-                                       : host::knn_detail::sqdist_fixed(qr, x, d);
+          v = metric == Metric::cosine ? algorithms::cosine_exact(qr, x, d, qsq, algorithms::dot_fixed(x, x, d))
+                                       : algorithms::sqdist_fixed(qr, x, d);
         }
         std::sort(cand.begin(), cand.end());
       }
-      host::knn_detail::write_neighbours(result, i, cand, k, metric);
+      algorithms::write_neighbours(result, i, cand, k, metric);
     }
   });
   return result;
