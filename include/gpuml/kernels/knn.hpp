@@ -259,7 +259,14 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGa
 /// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
 inline constexpr std::uint32_t kKnnCoopQueries = 128, kKnnCoopRows = 128;
 
-inline bool knn_coop_enabled() { return config().knn_coop(); }
+/// The switches of one k-NN search (comparisons and sweeps; the defaults are the fastest exact search). Config
+/// gives the process's defaults (GPUML_KNN_SAMPLE, GPUML_KNN_APPEND, GPUML_KNN_COOP).
+struct KnnSearchOptions {
+  std::uint64_t sample_fraction = Config::kDefaultKnnSample;  // the bounding pass samples 1/F of a block; 0: none
+  bool candidate_lists = true;                                 // false: heaps always
+  bool cooperative_matrices = true;                            // false: float32 list passes everywhere
+  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop()}; }
+};
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
 /// that keeps the largest below 2^14, rows padded with zeros to a multiple of 16 features; for database blocks also
@@ -375,22 +382,20 @@ struct KnnBoundSample {
 };
 inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
 
-inline std::uint64_t knn_sample_fraction() { return config().knn_sample(); }
-
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
-/// a power of two, where knn_gather.comp can sort that many in shared memory. GPUML_KNN_APPEND=0: heaps always.
+/// a power of two, where knn_gather.comp can sort that many in shared memory.
 /// `candidates`: how many more pairs than pass the bound the list pass appends (knn_filter_coop.comp's candidates
 /// are up to about twice as many as the pairs under the bound); the lists then get up to that many times more slots.
 template <class T>
-std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t candidates = 1) {
-  if (!config().knn_append()) return 0;
+std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t fraction,
+                           std::uint64_t candidates = 1) {
   std::uint64_t fits = 1;
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
   // k + 4: at small k the bound (the sample's k-th best) is a noisy quantile, and lists of 2 F k slots overflowed.
-  const std::uint64_t expected = knn_sample_fraction() * (k + 4);
+  const std::uint64_t expected = fraction * (k + 4);
   std::uint64_t want = 1;
-  while (want < 2 * knn_sample_fraction() * k) want *= 2;
+  while (want < 2 * fraction * k) want *= 2;
   const std::uint64_t most = std::min<std::uint64_t>(fits, 4096);
   if (want > most) return 0;
   while (want < 2 * candidates * expected && 2 * want <= most) want *= 2;
@@ -398,8 +403,7 @@ std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std:
 }
 
 inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
-                                   bool cpu, bool lists) {
-  const std::uint64_t fraction = knn_sample_fraction();
+                                   bool cpu, bool lists, std::uint64_t fraction) {
   if (fraction == 0) return {};
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   // Measured no faster with the sample and heaps (H200, lavapipe): small k, which warms up in a few tiles, and
@@ -424,10 +428,11 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 /// only about 1/F^2 of the block, in at most 8 splits, and the list pass 1/F in as many splits as the search (it has
 /// no warm-up to pay), each of 8 tiles or more. One level where the block is too small for two.
 inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
-                                             std::uint64_t k, bool cpu, std::uint64_t batch_queries) {
-  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true);
+                                             std::uint64_t k, bool cpu, std::uint64_t batch_queries,
+                                             std::uint64_t fraction) {
+  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true, fraction);
   if (!one.splits) return one;
-  const std::uint64_t BN = tile.block_rows(), fraction = knn_sample_fraction(), sample = nb / fraction;
+  const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   KnnBoundSample b;
   b.list_splits = std::max<std::uint64_t>(1, std::min(pl.splits, sample / (8 * BN)));  // 8 tiles or more each
   b.list_rows = ceil_div(ceil_div(sample, b.list_splits), BN) * BN;
@@ -521,7 +526,7 @@ class KnnDatabase {
   mutable std::vector<KnnHalfRows> half_blocks_;
 };
 
-/// What the last knn_search on this thread did.
+/// What a knn_search did (its `stats` argument).
 struct KnnSearchStats {
   double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
   std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
@@ -530,18 +535,29 @@ struct KnnSearchStats {
   std::uint64_t list_batches = 0, list_overflows = 0;
   std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
 };
-inline KnnSearchStats& knn_last_search() {
+namespace knn_detail {
+inline KnnSearchStats& last_search() {
   thread_local KnnSearchStats stats;
   return stats;
+}
+}  // namespace knn_detail
+
+/// The stats of the last knn_search on this thread, for callers written before knn_search returned them; pass
+/// `stats` to knn_search instead.
+inline KnnSearchStats& knn_last_search() {
+  return knn_detail::last_search();
 }
 
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
-/// block for this search.
+/// block for this search. `options`: the search's switches (default: the process's Config); `stats`, when given,
+/// receives what the search did.
 template <class T, class Policy = default_knn_policy<T>>
 algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
-                              const KnnDatabase<T>* resident = nullptr) {
+                                    const KnnDatabase<T>* resident = nullptr,
+                                    const KnnSearchOptions& options = KnnSearchOptions::from(config()),
+                                    KnnSearchStats* stats = nullptr) {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
@@ -559,7 +575,14 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
     throw error("knn_search: the resident database does not match the database given");
 
   algorithms::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
-  knn_last_search() = KnnSearchStats{.device_ms = 0};
+  KnnSearchStats local_stats;
+  KnnSearchStats& st = stats ? *stats : local_stats;
+  st = KnnSearchStats{.device_ms = 0};
+  // Also kept per thread for knn_last_search() (older callers), whichever way the search ends.
+  struct KeepLast {
+    const KnnSearchStats& st;
+    ~KeepLast() { knn_detail::last_search() = st; }
+  } keep_last{st};
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
@@ -570,7 +593,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   // tile holds twice the queries of the usual one, so the plan asks for at least 8192 tile-sized workgroups (a
   // tuned 1024 left 6 splits and a quarter-filled H200: 93.9 against 83.5 ms at 1M x 128, 10k queries, k = 100).
   const bool coop_lists = std::is_same_v<T, float> && knn_metric_code(metric) == 0 && device.info().coop_matrix_f16 &&
-                          knn_coop_enabled();
+                          options.cooperative_matrices;
   KnnTileParams plan_tile = tile;
   if (coop_lists) plan_tile.groups = std::max<std::uint32_t>(plan_tile.groups, 8192);
   auto pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k);
@@ -578,7 +601,9 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   bool lists_allowed = true;
   if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
-  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, coop_lists ? 2 : 1) : 0;
+  if (!options.candidate_lists) lists_allowed = false;
+  const std::uint64_t fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
+  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, fraction, coop_lists ? 2 : 1) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
@@ -587,10 +612,10 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
     if (budget == 0) slots = 0;
     else if (budget < pl.batch_queries) pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k, budget);
   }
-  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0);
+  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0, fraction);
   if (!first_sample.splits) slots = 0;
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
-  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max);
+  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max, fraction);
 
   using Workspace = KnnWorkspace<T>;
   Workspace scratch;
@@ -742,13 +767,13 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       auto finish_batch = [&] {
         cmds.timestamp(1);
         cmds.submit_and_wait();
-        knn_last_search().device_ms += cmds.elapsed_ms(0, 1);
+        st.device_ms += cmds.elapsed_ms(0, 1);
         if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
           throw unsupported(device.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
                             "per invocation) for d=" + std::to_string(d) + ", k=" + std::to_string(k));
       };
-      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max)
-                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
+      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max, fraction)
+                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false, fraction);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
       const bool list_sample = lists && sample.list_splits > 0;
@@ -769,7 +794,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
                       query_tiles, static_cast<std::uint32_t>(sample.splits));
         merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
         cmds.barrier();
-        knn_last_search().sample_rows += sample.splits * sample.rows;
+        st.sample_rows += sample.splits * sample.rows;
       }
       // A list pass over n_splits splits of split_rows rows, stride apart.
       auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
@@ -787,7 +812,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
                   -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
           cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
                         static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          ++knn_last_search().coop_passes;
+          ++st.coop_passes;
           return;
         }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed, status}, push,
@@ -798,7 +823,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
         cmds.barrier();
         gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
         cmds.barrier();
-        knn_last_search().sample_rows += sample.list_splits * sample.list_rows;
+        st.sample_rows += sample.list_splits * sample.list_rows;
       }
       const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
       // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
@@ -830,7 +855,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
         };
         const bool sample_overflow = list_sample && overflowed(ws.sample_listed, rb_sample_listed);
         from_lists = !sample_overflow && !overflowed(ws.listed, rb_listed);
-        ++(from_lists ? knn_last_search().list_batches : knn_last_search().list_overflows);
+        ++(from_lists ? st.list_batches : st.list_overflows);
         if (!from_lists) {
           cmds.reset();
           cmds.fill(status, 0, 16, 0u);
