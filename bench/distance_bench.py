@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from gpuml_programs import find_binary, fmt  # noqa: E402
+from gpuml_programs import find_binary, fmt, plot_bars  # noqa: E402
 import peers  # noqa: E402
 
 
@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch row")
     ap.add_argument("--bin", help="path to gpuml-distance-bench (default: build*/bench/gpuml-distance-bench)")
     ap.add_argument("--json-out", help="also write both results as JSON here")
+    ap.add_argument("--plot", help="also draw the table as a PNG here (matplotlib)")
     args = ap.parse_args()
 
     binary = find_binary("gpuml-distance-bench", "bench", args.bin)
@@ -95,6 +96,19 @@ def main() -> int:
     if g:
         print(f"gpuml check on {g['check_samples']} sampled entries vs float64: kernel {g['kernel_max_rel_error']:.2e}, "
               f"end to end {g['e2e_max_rel_error']:.2e} ({'OK' if g['ok'] else 'MISMATCH'})")
+    labels, values, mine = [], [], []
+    if g:
+        labels += ["gpuml kernel"] + (["gpuml end to end"] if g.get("e2e_ms") is not None else [])
+        values += [g["kernel_ms"]] + ([g["e2e_ms"]] if g.get("e2e_ms") is not None else [])
+        mine += [True] * (len(labels) - len(mine))
+    if t:
+        labels.append(f"torch {t['version']} addmm (TF32 off)")
+        values.append(t["ms"])
+        mine.append(False)
+    note = plot_bars(args.plot, f"pairwise squared distances {args.n:,} x {args.m:,}, d={args.d}", labels, values, "ms",
+                     mine)
+    if note:
+        notes.append(note)
     for note in notes:
         print(f"- note: {note}")
     if args.json_out:

@@ -49,6 +49,35 @@ def add_run_arguments(ap, program: str, runs: str) -> None:
     ap.add_argument("--bin", help=f"path to {program} (default: build*/examples/{program})")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per gpuml run")
     ap.add_argument("--json-out", help="also write every result as JSON here")
+    ap.add_argument("--plot", help="also draw the table as a PNG here (matplotlib; default: no picture)")
+
+
+def plot_bars(path: str | None, title: str, labels: list[str], values: list[float], unit: str,
+              highlight: list[bool] | None = None) -> str | None:
+    """Draws one horizontal bar per row of a printed table (value in `unit`, smaller is better) to the PNG `path`;
+    gpuml's rows (highlight) in a colour of their own. Returns a note when matplotlib is missing, else None."""
+    if not path:
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install matplotlib)"
+    highlight = highlight or [False] * len(values)
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(values) + 1.4))
+    y = list(range(len(values)))[::-1]
+    bars = ax.barh(y, values, color=["#d95f02" if h else "#7570b3" for h in highlight])
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log" if values and min(values) > 0 and max(values) / min(values) > 50 else "linear")
+    ax.set_xlabel(unit + " (smaller is better)")
+    ax.set_title(title, fontsize=9)
+    for b, v in zip(bars, values):
+        ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.3g}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
 
 
 def data_directory(given: str | None, prefix: str):

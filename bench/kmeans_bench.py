@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, run_json  # noqa: E402
+from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, plot_bars, run_json  # noqa: E402
 import peers  # noqa: E402  (numpy only at import; torch is imported inside peers.torch_*)
 
 
@@ -180,6 +180,11 @@ def main() -> int:
           "labelling are in 'fit s'); scikit-learn and sklearnex, fit time / n_iter (incl. validation and the final "
           "labelling); torch, the Lloyd loop on data already on the GPU. TFLOP/s counts 2nkd per iteration. "
           "rel. inertia is against the baseline row; implementations that stop at different iterations differ.")
+    plot_note = plot_bars(args.plot, f"k-means, n={n:,} d={d} k={k} float32, {args.max_iter} iterations",
+                          [f"{r['name']} ({r['device']})" for r in rows], [r["ms_per_iter"] for r in rows],
+                          "ms per iteration", [r["gpuml"] for r in rows])
+    if plot_note:
+        notes.append(plot_note)
     for note in notes:
         print(f"- note: {note}")
 

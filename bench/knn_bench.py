@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
-from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, run_json  # noqa: E402
+from gpuml_programs import add_run_arguments, data_directory, find_binary, fmt, plot_bars, run_json  # noqa: E402
 import peers  # noqa: E402  (torch is imported inside peers.torch_* only)
 
 DEFAULT_SHAPES = "1000000x128:10000:10,1000000x128:10000:100,10000000x16:1000:100"
@@ -167,6 +167,14 @@ def main() -> int:
             print(f"| {r['name']} | {r['device']} | {s:.4f} | {fmt(dev_s, '.4f')} | {n_q / s if s > 0 else float('inf'):,.0f} | "
                   f"{fmt(tflops, '.4f')} | {fmt(rec, '.5f')} | {fmt(ratio, '.2f')} |")
         print()
+        if args.plot:  # one picture per shape: PATH for the first, PATH-2.png, ... for the others
+            stem = args.plot[:-4] if args.plot.endswith(".png") else args.plot
+            path = args.plot if not all_results else f"{stem}-{len(all_results) + 1}.png"
+            note = plot_bars(path, f"k-NN: database {n_db:,} x {d}, {n_q:,} queries, k={k}",
+                             [f"{r['name']} ({r['device']})" for r in rows], [r["seconds"] * 1e3 for r in rows],
+                             "search ms", [r["gpuml"] for r in rows])
+            if note:
+                notes.append(note)
         for note in notes:
             print(f"- note: {note}")
         if notes:

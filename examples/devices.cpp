@@ -2,6 +2,8 @@
 // an embedded synthetic dataset with that backend and checks them against the host backend.
 #include <gpuml/gpuml.hpp>
 
+#include "program.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,8 +25,12 @@ gpuml::Matrix<float> embedded_dataset() {
 
 }  // namespace
 
-int main() {
-  try {
+int main(int argc, char** argv) {
+  CLI::App app{"gpuml-devices: lists the Vulkan devices gpuml sees, the one it uses by default (GPUML_DEVICE), and\n"
+               "checks it: pairwise squared distances of an embedded dataset against the host backend.\n"
+               "Exit status: 0 when they agree, 1 on a mismatch or a run-time error, 2 on a usage error."};
+  gpuml_program::add_version(app, "gpuml-devices");
+  return gpuml_program::run("gpuml-devices", app, argc, argv, [&] {
     const auto devices = gpuml::vulkan_devices();
     std::printf("Vulkan devices: %zu\n", devices.size());
     for (const auto& d : devices)
@@ -58,8 +64,5 @@ int main() {
     }
     std::printf("OK\n");
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -5,9 +5,12 @@
 //   gpuml-kmeans --input X.npy --n-clusters 20 --labels-out labels.npy --centers-out centers.csv
 //   gpuml-kmeans --input X.npy --init init.npy --max-iter 100 --tol 0 --json --repeat 3 --device gpu
 //   gpuml-kmeans --write-synthetic data/X.npy      saves the workload (data/X.npy, data/X_init.npy) for peers
+//   gpuml-kmeans --input new.csv --predict-with centers.npy --labels-out - --distances-out d.npy
+//                                                  applies saved centres to new data (no fit)
 //
 // Human-readable output by default; --json prints one JSON object (as the last line of stdout). Errors go to
-// stderr with exit status 2.
+// stderr, with exit status 2 for a usage error and 1 for a run-time error. Output files are checked before the
+// work and written together at its end (none is left half-written); a progress bar goes to stderr on a terminal.
 #include <gpuml/gpuml.hpp>
 
 #include "program.hpp"
@@ -36,7 +39,9 @@ struct Options {
   std::string init = "k-means++";
   std::string n_init = "auto";
   std::string device;
-  std::string labels_out, centers_out, write_synthetic;
+  std::string labels_out, centers_out, distances_out, write_synthetic, predict_with;
+  gpuml_program::CsvFlags csv;
+  bool progress = false, no_progress = false;
   int n_clusters = 8;
   int max_iter = 300;
   double tol = 1e-4;
@@ -105,10 +110,20 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   constexpr bool is_f32 = std::is_same_v<T, float>;
   const bool synthetic = o.input.empty();
 
+  // Outputs first: a bad path is found before the data is read or any work done.
+  gpuml_program::Outputs outputs;
+  outputs.add("--labels-out", o.labels_out);
+  outputs.add("--centers-out", o.centers_out);
+  outputs.add("--distances-out", o.distances_out);
+  if (outputs.to_stdout() && o.json) throw gpuml_program::usage_error("--json and an output to stdout (-) exclude each other");
+  if (!o.distances_out.empty() && o.predict_with.empty())
+    throw gpuml_program::usage_error("--distances-out needs --predict-with (distances to saved centres)");
+
   // Data.
   auto t0 = Clock::now();
-  gpuml::Matrix<T> X =
-      synthetic ? synthetic_blobs<T>(o.n_samples, o.n_features, o.n_clusters, o.data_seed) : gpuml::read_matrix<T>(o.input);
+  const gpuml::CsvOptions csv = o.csv.options();
+  gpuml::Matrix<T> X = synthetic ? synthetic_blobs<T>(o.n_samples, o.n_features, o.n_clusters, o.data_seed)
+                                 : gpuml::read_matrix<T>(o.input, csv);
   const double load_seconds = seconds_since(t0);
   const std::int64_t n = X.rows(), d = X.cols();
   const int k = o.n_clusters;
@@ -126,6 +141,34 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     } else {
       std::printf("wrote %s (%lld x %lld %s) and %s (the first %d rows: the initial centres)\n", o.write_synthetic.c_str(),
                   static_cast<long long>(n), static_cast<long long>(d), dtype_name(is_f32), init_path.c_str(), k);
+    }
+    return 0;
+  }
+
+  std::vector<std::string> warnings;
+  gpuml_program::collect_warnings(warnings);
+
+  if (!o.predict_with.empty()) {  // apply saved centres: labels and, on request, the distances to every centre
+    if (!o.centers_out.empty()) throw gpuml_program::usage_error("--centers-out does not apply to --predict-with");
+    gpuml::KMeans<T> km(gpuml::KMeansParams{}, backend);
+    km.set_cluster_centers(gpuml::read_matrix<T>(o.predict_with));  // as gpuml wrote them: the CSV flags are for --input
+    t0 = Clock::now();
+    const gpuml::Labels labels = km.predict(X);
+    const double predict_seconds = seconds_since(t0);
+    outputs.set("--labels-out", [&](const std::string& path) { gpuml::write_matrix(path, labels); });
+    outputs.set("--distances-out", [&](const std::string& path) { gpuml::write_matrix(path, km.transform(X)); });
+    const auto written = outputs.commit();
+    if (o.json) {
+      std::printf("%s\n", nlohmann::json{{"program", "gpuml-kmeans"}, {"mode", "predict"}, {"centers", o.predict_with},
+                                         {"n", n}, {"d", d}, {"k", km.cluster_centers().rows()},
+                                         {"backend", gpuml::describe(backend)}, {"predict_seconds", predict_seconds},
+                                         {"written", written}, {"warnings", warnings}}
+                              .dump()
+                              .c_str());
+    } else if (!outputs.to_stdout()) {
+      std::printf("predicted %lld labels with %lld centres from %s in %.3f s\n", static_cast<long long>(n),
+                  static_cast<long long>(km.cluster_centers().rows()), o.predict_with.c_str(), predict_seconds);
+      for (const auto& w : written) std::printf("written: %s\n", w.c_str());
     }
     return 0;
   }
@@ -158,14 +201,21 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != o.n_init.size() || v < 1) throw gpuml::invalid_input("--n-init must be 'auto' or a positive integer, got '" + o.n_init + "'");
+    if (used != o.n_init.size() || v < 1)
+      throw gpuml_program::usage_error("--n-init must be 'auto' or a positive integer, got '" + o.n_init + "'");
     p.n_init = v;
   }
+  // The progress bar: iterations of the current initialisation and its centre shift.
+  gpuml_program::ProgressBar bar(gpuml_program::ProgressBar::wanted(o.progress, o.no_progress) && !o.verbose,
+                                 o.progress ? 0.0 : 1.0);  // asked for: from the start; on a terminal: long fits only
+  p.on_iteration = [&bar](const gpuml::LloydIteration& it) {
+    char status[64];
+    std::snprintf(status, sizeof status, "iterations, centre shift %.3g", it.center_shift);
+    bar.update(it.iteration + 1, it.max_iter, status);
+    return true;
+  };
 
-  std::vector<std::string> warnings;
-  gpuml_program::collect_warnings(warnings);
-
-  if (!o.json) {
+  if (!o.json && !outputs.to_stdout()) {
     if (synthetic)
       std::printf("data: embedded synthetic blobs, n=%lld d=%lld k=%d %s (generated in %.2f s)\n",
                   static_cast<long long>(n), static_cast<long long>(d), k, dtype_name(is_f32), load_seconds);
@@ -197,6 +247,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     times.push_back(seconds_since(t0));
     if (r == 0 || km.iteration_seconds() < best_loop) best_loop = km.iteration_seconds();
   }
+  bar.finish();
   const double best = *std::min_element(times.begin(), times.end());
   const int n_iter = km.n_iter();
   // Per iteration: the Lloyd loop alone (the fit also uploads the data and runs a final E-step and the inertia).
@@ -205,8 +256,9 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   const double tflops = per_iter > 0 ? flops_per_iter / per_iter / 1e12 : 0.0;
 
   t0 = Clock::now();
-  if (!o.labels_out.empty()) gpuml::write_matrix(o.labels_out, km.labels());
-  if (!o.centers_out.empty()) gpuml::write_matrix(o.centers_out, km.cluster_centers());
+  outputs.set("--labels-out", [&](const std::string& path) { gpuml::write_matrix(path, km.labels()); });
+  outputs.set("--centers-out", [&](const std::string& path) { gpuml::write_matrix(path, km.cluster_centers()); });
+  outputs.commit();
   const double write_seconds = seconds_since(t0);
 
   if (o.json) {
@@ -256,7 +308,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
       j["pipeline_seconds"] = backend.device()->pipeline_seconds();
     }
     std::printf("%s\n", j.dump().c_str());
-  } else {
+  } else if (!outputs.to_stdout()) {
     std::printf("n_iter: %d\ninertia: %.10g\n", n_iter, km.inertia());
     std::printf("fit: %.3f s, %.3f ms per iteration, %.3f TFLOP/s (2nkd per iteration)", best, per_iter * 1e3, tflops);
     if (o.repeat > 1) std::printf(", best of %d", o.repeat);
@@ -275,30 +327,39 @@ int main(int argc, char** argv) {
                "Without --input it runs the benchmark workload: embedded synthetic blobs, n=1,000,000 (--n-samples), "
                "d=14, k=127, init = the first 127 samples, max_iter=100, tol=0, n_init=1, float32."};
   app.add_option("--input", o.input, "data file (.npy float32/float64 or .csv); omit for the embedded workload");
+  gpuml_program::add_version(app, "gpuml-kmeans");
   app.add_option("--n-clusters", o.n_clusters, "number of clusters (default 8; 127 for the embedded workload)")
-      ->check(CLI::PositiveNumber);
+      ->check(gpuml_program::at_least(1));
   app.add_option("--init", o.init,
                  "k-means++ | random | first (the first n_clusters samples) | PATH to initial centres (.npy/.csv) "
                  "(default k-means++; first for the embedded workload)");
   app.add_option("--n-init", o.n_init, "auto | N (number of initialisations; default auto)");
   app.add_option("--max-iter", o.max_iter, "maximum Lloyd iterations (default 300; 100 for the embedded workload)")
-      ->check(CLI::PositiveNumber);
+      ->check(gpuml_program::at_least(1));
   app.add_option("--tol", o.tol, "relative tolerance on the centre shift (default 1e-4; 0 for the embedded workload)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(gpuml_program::at_least(0));
   app.add_option("--seed", o.seed, "random_state (default 0)");
   app.add_flag("--verbose", o.verbose, "print scikit-learn's per-iteration messages");
   app.add_option("--device", o.device,
                  "auto | gpu | discrete | integrated | cpu | host | N | name (default: $GPUML_DEVICE, else auto)");
-  app.add_option("--labels-out", o.labels_out, "write the labels (.npy or .csv)");
-  app.add_option("--centers-out", o.centers_out, "write the cluster centres (.npy or .csv)");
+  app.add_option("--labels-out", o.labels_out, "write the labels (.npy or .csv; - for CSV on stdout)");
+  app.add_option("--centers-out", o.centers_out, "write the cluster centres (.npy or .csv; - for CSV on stdout)");
+  app.add_option("--predict-with", o.predict_with,
+                 "apply saved centres (.npy/.csv) to --input: write --labels-out (and --distances-out); no fit");
+  app.add_option("--distances-out", o.distances_out,
+                 "with --predict-with: write each sample's distances to every centre (n x k; .npy or .csv)");
+  app.add_flag("--progress", o.progress, "draw a progress bar on stderr (default: when stderr is a terminal)");
+  app.add_flag("--no-progress", o.no_progress, "never draw the progress bar");
+  o.csv.add_to(app);
   app.add_flag("--json", o.json, "print one JSON object with the results and timings");
-  app.add_option("--repeat", o.repeat, "fit N times and report the best time (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", o.repeat, "fit N times and report the best time (default 1)")->check(gpuml_program::at_least(1));
   app.add_flag("--warmup", o.warmup, "run an untimed 1-iteration fit first (builds GPU pipelines, warms caches)");
   auto* f32 = app.add_flag("--float32", o.float32, "compute in float32 (default: the .npy dtype; float64 for CSV)");
   app.add_flag("--float64", o.float64, "compute in float64 (the embedded workload is float32 otherwise)")->excludes(f32);
   app.add_option("--n-samples", o.n_samples, "samples in the embedded workload (default 1,000,000)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--n-features", o.n_features, "features in the embedded workload (default 14)")->check(CLI::PositiveNumber);
+      ->check(gpuml_program::at_least(1));
+  app.add_option("--n-features", o.n_features, "features in the embedded workload (default 14)")
+      ->check(gpuml_program::at_least(1));
   app.add_option("--data-seed", o.data_seed, "seed of the embedded workload's generator");
   app.add_option("--write-synthetic", o.write_synthetic,
                  "write the embedded workload to PATH (.npy/.csv) and its init (the first k rows) to PATH_init, "
@@ -311,17 +372,16 @@ int main(int argc, char** argv) {
       if (!app.count("--max-iter")) o.max_iter = 100;
       if (!app.count("--tol")) o.tol = 0.0;
     } else if (!o.write_synthetic.empty()) {
-      throw gpuml::invalid_input("--write-synthetic writes the embedded workload; it does not take --input");
+      throw gpuml_program::usage_error("--write-synthetic writes the embedded workload; it does not take --input");
     }
+    if (!o.predict_with.empty() && synthetic) throw gpuml_program::usage_error("--predict-with needs --input");
 
     const bool use_float = gpuml_program::use_float32(o.float32, o.float64, o.input);
 
     // The backend: --device names one (an absent device is an error); otherwise GPUML_DEVICE / automatic.
     const std::string choice = gpuml_program::device_choice(o.device);
     const auto t0 = Clock::now();
-    gpuml::Backend backend =
-        (o.write_synthetic.empty()) ? (o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device))
-                                    : gpuml::Backend::host();
+    gpuml::Backend backend = o.write_synthetic.empty() ? gpuml_program::backend_for(o.device) : gpuml::Backend::host();
     const double backend_seconds = seconds_since(t0);
 
     return use_float ? run<float>(o, backend, backend_seconds, choice) : run<double>(o, backend, backend_seconds, choice);

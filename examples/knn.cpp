@@ -32,6 +32,7 @@ struct Options {
   std::string database, queries, metric = "euclidean", device, indices_out, distances_out;
   int k = 5;
   bool json = false, float32 = false, float64 = false, warmup = false;
+  gpuml_program::CsvFlags csv;
   int repeat = 1;
   std::int64_t n_database = 100'000, n_queries = 1'000;
   int n_features = 128;
@@ -62,12 +63,17 @@ template <class T>
 int run(const Options& o, const gpuml::Backend& backend, const std::string& device_choice) {
   constexpr bool is_f32 = std::is_same_v<T, float>;
   const bool synthetic = o.database.empty();
+  gpuml_program::Outputs outputs;  // checked before any data is read
+  outputs.add("--indices-out", o.indices_out);
+  outputs.add("--distances-out", o.distances_out);
+  if (outputs.to_stdout() && o.json) throw gpuml_program::usage_error("--json and an output to stdout (-) exclude each other");
+  const gpuml::CsvOptions csv = o.csv.options();
   auto t0 = Clock::now();
   const gpuml::Matrix<T> db = synthetic ? synthetic_uniform<T>(o.n_database, o.n_features, o.data_seed)
-                                        : gpuml::read_matrix<T>(o.database);
+                                        : gpuml::read_matrix<T>(o.database, csv);
   std::optional<gpuml::Matrix<T>> queries;
   if (synthetic) queries = synthetic_uniform<T>(o.n_queries, o.n_features, o.data_seed + 1);
-  else if (!o.queries.empty()) queries = gpuml::read_matrix<T>(o.queries);
+  else if (!o.queries.empty()) queries = gpuml::read_matrix<T>(o.queries, csv);
   const double load_seconds = seconds_since(t0);
   const bool self = !queries.has_value();
   const std::int64_t n_db = db.rows(), d = db.cols(), n_q = self ? n_db : queries->rows();
@@ -75,7 +81,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
   std::vector<std::string> warnings;
   gpuml_program::collect_warnings(warnings);
 
-  if (!o.json) {
+  if (!o.json && !outputs.to_stdout()) {
     if (synthetic)
       std::printf("data: embedded uniform [0, 1), database %lld x %lld, %lld queries, %s\n", static_cast<long long>(n_db),
                   static_cast<long long>(d), static_cast<long long>(n_q), is_f32 ? "float32" : "float64");
@@ -122,8 +128,9 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
   // Distance work of brute force: 2 * n_db * n_queries * d flops (the inner products).
   const double tflops = best > 0 ? 2.0 * double(n_db) * double(n_q) * double(d) / best / 1e12 : 0.0;
 
-  if (!o.indices_out.empty()) gpuml::write_matrix(o.indices_out, result->indices);
-  if (!o.distances_out.empty()) gpuml::write_matrix(o.distances_out, result->distances);
+  outputs.set("--indices-out", [&](const std::string& path) { gpuml::write_matrix(path, result->indices); });
+  outputs.set("--distances-out", [&](const std::string& path) { gpuml::write_matrix(path, result->distances); });
+  outputs.commit();
 
   if (o.json) {
     nlohmann::json j;
@@ -158,7 +165,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
     std::printf("%s\n", j.dump().c_str());
-  } else {
+  } else if (!outputs.to_stdout()) {
     std::printf("search: %.3f s (%.0f queries/s, %.3f TFLOP/s counting 2 * n_db * n_queries * d)", best, qps, tflops);
     if (o.repeat > 1) std::printf(", best of %d", o.repeat);
     std::printf("\nfit (stores the database%s): %.3f s\n", backend.is_host() ? "" : " on the device", fit_seconds);
@@ -180,35 +187,41 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuml-knn: brute-force k nearest neighbours (scikit-learn's NearestNeighbors) on a Vulkan GPU or the "
                "host.\nWithout --database it searches embedded uniform data: database 100,000 x 128, 1,000 queries, "
                "k=10."};
+  gpuml_program::add_version(app, "gpuml-knn");
   app.add_option("--database", o.database, "database file (.npy float32/float64 or .csv); omit for embedded data");
   app.add_option("--queries", o.queries,
                  "query file (.npy/.csv); omit to query the database itself, each point dropped from its own list");
-  app.add_option("--k", o.k, "neighbours per query (default 5; 10 for the embedded data)")->check(CLI::PositiveNumber);
+  app.add_option("--k", o.k, "neighbours per query (default 5; 10 for the embedded data)")->check(gpuml_program::at_least(1));
   app.add_option("--metric", o.metric,
                  "euclidean | sqeuclidean | manhattan | cosine | ... (scikit-learn's names; default euclidean)");
   app.add_option("--device", o.device,
                  "auto | gpu | discrete | integrated | cpu | host | N | name (default: $GPUML_DEVICE, else auto)");
-  app.add_option("--indices-out", o.indices_out, "write the neighbour indices (int64; .npy or .csv)");
-  app.add_option("--distances-out", o.distances_out, "write the neighbour distances (.npy or .csv)");
+  app.add_option("--indices-out", o.indices_out, "write the neighbour indices (int64; .npy or .csv; - for CSV on stdout)");
+  app.add_option("--distances-out", o.distances_out, "write the neighbour distances (.npy or .csv; - for CSV on stdout)");
+  o.csv.add_to(app);
   app.add_flag("--json", o.json, "print one JSON object with the results and timings");
-  app.add_option("--repeat", o.repeat, "search N times and report the best time (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", o.repeat, "search N times and report the best time (default 1)")->check(gpuml_program::at_least(1));
   app.add_flag("--warmup", o.warmup, "run an untimed search of a few queries first (builds GPU pipelines)");
   auto* f32 = app.add_flag("--float32", o.float32, "compute in float32 (default: the .npy dtype; float64 for CSV)");
   app.add_flag("--float64", o.float64, "compute in float64 (the embedded data are float32 otherwise)")->excludes(f32);
   app.add_option("--n-database", o.n_database, "rows of the embedded database (default 100,000)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--n-queries", o.n_queries, "embedded queries (default 1,000)")->check(CLI::PositiveNumber);
-  app.add_option("--n-features", o.n_features, "features of the embedded data (default 128)")->check(CLI::PositiveNumber);
+      ->check(gpuml_program::at_least(1));
+  app.add_option("--n-queries", o.n_queries, "embedded queries (default 1,000)")->check(gpuml_program::at_least(1));
+  app.add_option("--n-features", o.n_features, "features of the embedded data (default 128)")->check(gpuml_program::at_least(1));
   app.add_option("--data-seed", o.data_seed, "seed of the embedded data's generator");
   return gpuml_program::run("gpuml-knn", app, argc, argv, [&] {
     const bool synthetic = o.database.empty();
-    if (synthetic && !o.queries.empty()) throw gpuml::invalid_input("--queries needs --database");
+    if (synthetic && !o.queries.empty()) throw gpuml_program::usage_error("--queries needs --database");
     if (synthetic && !app.count("--k")) o.k = 10;
-    (void)gpuml::parse_metric(o.metric);  // an unknown metric fails before any data is read
+    try {
+      (void)gpuml::parse_metric(o.metric);  // an unknown metric fails before any data is read
+    } catch (const gpuml::invalid_input& e) {
+      throw gpuml_program::usage_error(std::string("--metric: ") + e.what());
+    }
 
     const bool use_float = gpuml_program::use_float32(o.float32, o.float64, o.database);
     const std::string choice = gpuml_program::device_choice(o.device);
-    const gpuml::Backend backend = o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device);
+    const gpuml::Backend backend = gpuml_program::backend_for(o.device);
     return use_float ? run<float>(o, backend, choice) : run<double>(o, backend, choice);
   });
 }

@@ -126,10 +126,11 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"gpuml-tune: times each kernel's candidate tiles on this device, per problem-shape class, and stores "
                "the fastest next to the pipeline cache, where gpuml uses them from then on."};
+  gpuml_program::add_version(app, "gpuml-tune");
   app.add_option("--device", o.device, "auto | gpu | discrete | integrated | cpu | N | name (default: $GPUML_DEVICE, else auto)");
   app.add_option("--kernel", o.kernel, "kmeans | knn | all (default all)")->check(CLI::IsMember({"kmeans", "knn", "all"}));
   app.add_option("--shape", o.shapes, "shape class(es) to tune, e.g. 'd<=32,k<=128' (default: all)");
-  app.add_option("--budget-seconds", o.budget_seconds, "time for the whole run (default 45)")->check(CLI::PositiveNumber);
+  app.add_option("--budget-seconds", o.budget_seconds, "time for the whole run (default 45)")->check(gpuml_program::at_least(0.001));
   app.add_option("--min-gain", o.min_gain_percent,
                  "per cent by which a candidate must beat the default to win (default: 5 on CPU devices, 0 on GPUs)")
       ->check(CLI::Range(0.0, 100.0));
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--verbose", o.verbose, "progress on stderr, one line per candidate");
   return gpuml_program::run("gpuml-tune", app, argc, argv, [&] {
-    const gpuml::Backend backend = o.device.empty() ? gpuml::default_backend() : gpuml::select_backend(o.device);
+    const gpuml::Backend backend = gpuml_program::backend_for(o.device);
     if (!backend.is_vulkan())
       throw gpuml::unsupported("no Vulkan device to tune (the host backend has no tiles; --device cpu tunes lavapipe)");
     gpuml::tuning::TuneOptions options;

@@ -790,3 +790,103 @@ TEST(KMeansHostMemory, OutOfMemoryNamesTheWorkAndTheSize) {
   EXPECT_FALSE(km.fitted());
 }
 #endif
+
+// The iteration callback sees every iteration in order on every backend, and returning false cancels the fit
+// with gpuml::cancelled, leaving an earlier fit as it was.
+TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {
+  using T = TypeParam;
+  const Matrix<T> X = gpuml::testing::random_matrix<T>(997, 5, 131);
+  FOR_EACH_BACKEND(nb) {
+    KMeansParams p;
+    p.n_clusters = 6;
+    p.init_centers = X.topRows(6).template cast<double>();
+    p.max_iter = 40;
+    p.tol = 0;
+    std::vector<int> seen;
+    int stop_after = -1;  // < 0: never
+    p.on_iteration = [&](const gpuml::LloydIteration& it) {
+      EXPECT_EQ(it.max_iter, 40);
+      EXPECT_GE(it.center_shift, 0.0);
+      seen.push_back(it.iteration);
+      return stop_after < 0 || it.iteration < stop_after;
+    };
+    KMeans<T> km(p, nb.backend);
+    km.fit(X);
+    ASSERT_EQ(static_cast<int>(seen.size()), km.n_iter());
+    for (int i = 0; i < km.n_iter(); ++i) EXPECT_EQ(seen[i], i);
+    ASSERT_GT(km.n_iter(), 3);
+    const Labels before = km.labels();
+    const double inertia = km.inertia();
+
+    stop_after = 2;
+    seen.clear();
+    EXPECT_THROW(km.fit(X), gpuml::cancelled);
+    EXPECT_EQ(seen.size(), 3u);
+    EXPECT_TRUE(km.labels() == before);
+    EXPECT_EQ(km.inertia(), inertia);
+    KMeans<T> fresh(p, nb.backend);
+    EXPECT_THROW(fresh.fit(X), gpuml::cancelled);
+    EXPECT_FALSE(fresh.fitted());
+  }
+}
+
+// A model made from saved centres predicts, transforms and scores as the model they came from.
+TYPED_TEST(KMeansTest, ModelFromSavedCentresPredictsAsTheFittedOne) {
+  using T = TypeParam;
+  const Matrix<T> X = gpuml::testing::random_matrix<T>(613, 7, 141);
+  FOR_EACH_BACKEND(nb) {
+    KMeansParams p;
+    p.n_clusters = 9;
+    p.random_state = gpuml::testing::test_seed();
+    KMeans<T> fitted(p, nb.backend);
+    fitted.fit(X);
+    KMeans<T> saved(p, nb.backend);
+    saved.set_cluster_centers(fitted.cluster_centers());
+    EXPECT_TRUE(saved.predict(X) == fitted.labels());
+    EXPECT_EQ(saved.transform(X), fitted.transform(X));
+    EXPECT_EQ(saved.score(X), fitted.score(X));
+    EXPECT_EQ(saved.n_iter(), 0);
+    Matrix<T> bad = fitted.cluster_centers();
+    bad(1, 1) = std::numeric_limits<T>::quiet_NaN();
+    EXPECT_THROW(saved.set_cluster_centers(bad), gpuml::invalid_input);
+    EXPECT_EQ(saved.cluster_centers(), fitted.cluster_centers());
+  }
+}
+
+// Where gpuml differs from scikit-learn on purpose (README, Semantics): n_init = 0 is the C++ spelling of "auto"
+// (10 runs for init = "random", 1 otherwise), and negative sample weights are rejected for every init (scikit-learn
+// fails on them for k-means++ and random, and computes with them for an array init).
+TEST(KMeansParameters, NInitZeroIsAutoAndNegativeWeightsAreRejected) {
+  const Matrix<double> X = gpuml::testing::random_matrix<double>(200, 3, 91);
+  KMeansParams p;
+  p.n_clusters = 4;
+  p.init = "random";
+  p.random_state = gpuml::testing::test_seed();
+  KMeans<double> auto_runs(p, gpuml::Backend::host());
+  auto_runs.fit(X);
+  p.n_init = 10;
+  KMeans<double> ten_runs(p, gpuml::Backend::host());
+  ten_runs.fit(X);
+  p.n_init = 1;
+  KMeans<double> one_run(p, gpuml::Backend::host());
+  one_run.fit(X);
+  EXPECT_EQ(auto_runs.cluster_centers(), ten_runs.cluster_centers());
+  EXPECT_EQ(auto_runs.inertia(), ten_runs.inertia());
+  EXPECT_LE(auto_runs.inertia(), one_run.inertia());
+
+  KMeansParams a;
+  a.n_clusters = 2;
+  a.init_centers = X.topRows(2);
+  Vector<double> w = Vector<double>::Ones(200);
+  w[3] = -1;
+  KMeans<double> km(a, gpuml::Backend::host());
+  try {
+    km.fit(X, w);
+    ADD_FAILURE() << "a negative sample weight was accepted";
+  } catch (const gpuml::invalid_input& e) {
+    EXPECT_NE(std::string(e.what()).find("sample_weight must be non-negative (negative at 3)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(km.fitted());
+  a.n_init = -1;
+  EXPECT_THROW(KMeans<double>(a, gpuml::Backend::host()).fit(X), gpuml::invalid_input);
+}

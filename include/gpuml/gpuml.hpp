@@ -6,6 +6,7 @@
 #include <gpuml/core/checks.hpp>
 #include <gpuml/core/config.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/metric.hpp>

@@ -4,6 +4,8 @@
 // kernels/kmeans_plus_plus.hpp) provide the E-step and the k-means++ distance work, as the concepts below say.
 #pragma once
 
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 
@@ -166,7 +168,7 @@ void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
 template <class T, class Engine>
   requires LloydEngine<Engine, T>
 LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
-                          int max_iter, double tol_absolute, bool verbose) {
+                          int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration = {}) {
   const Eigen::Index k = init_centers.rows();
   LloydResult<T> r;
   Matrix<T> centers = init_centers, centers_new(k, X.cols());
@@ -180,6 +182,7 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
     if (verbose) {
       const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
       std::printf("Iteration %d, inertia %s.\n", i, py_repr(in).c_str());
+      std::fflush(stdout);  // as it happens, also when stdout is a pipe
     }
     T shift_tot = 0;
     for (Eigen::Index j = 0; j < k; ++j) {
@@ -187,8 +190,10 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
       shift_tot += s * s;
     }
     std::swap(centers, centers_new);
+    if (on_iteration && !on_iteration(LloydIteration{i, max_iter, static_cast<double>(shift_tot)}))
+      throw cancelled("KMeans.fit was cancelled at iteration " + std::to_string(i) + "; the estimator is unchanged");
     if (!changed) {
-      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i);
+      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i), std::fflush(stdout);
       r.strict_convergence = true;
       break;
     }

@@ -42,6 +42,12 @@ class not_fitted : public error {
   using error::error;
 };
 
+/// A fit stopped because its iteration callback asked it to (KMeansParams::on_iteration); nothing was changed.
+class cancelled : public error {
+ public:
+  using error::error;
+};
+
 /// The host ran out of memory; what() says what was being done and on how much data.
 class out_of_memory : public error {
  public:

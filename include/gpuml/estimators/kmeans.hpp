@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -36,6 +37,9 @@ struct KMeansParams {
   double tol = 1e-4;  ///< relative to the mean per-feature variance of X
   std::uint64_t random_state = 0;
   bool verbose = false;
+  /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
+  /// the fit, which then throws gpuml::cancelled and leaves the estimator as it was.
+  IterationCallback on_iteration;
 };
 
 namespace detail {
@@ -66,11 +70,12 @@ auto device_or_host(OnDevice&& on_device, OnHost&& on_host) -> decltype(on_host(
 
 template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
-                               int max_iter, double tol_absolute, bool verbose) {
-  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose); };
+                               int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration) {
+  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); };
   if (auto* device = device_for<T>(backend))
-    return device_or_host([&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose); },
-                          on_host);
+    return device_or_host(
+        [&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },
+        on_host);
   return on_host();
 }
 
@@ -238,7 +243,8 @@ class KMeans {
         std::fflush(stdout);
       }
       host::LloydResult<T> r =
-          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose);
+          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
+                                       p.on_iteration);
       if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
         best = std::move(r);
     }
@@ -266,6 +272,20 @@ class KMeans {
   }
 
  public:
+  /// Makes this a fitted model with the given centres (k x d, from an earlier fit: a saved model, an unpickled
+  /// one): predict, transform and score use them. labels() is then empty, inertia() NaN and n_iter() 0, as there
+  /// was no fit on data. Refused (and nothing changed) for an empty or non-finite matrix.
+  KMeans& set_cluster_centers(MatrixView<T> centers) {
+    checks::data(centers, "cluster_centers");
+    centers_ = centers;
+    labels_.resize(0);
+    inertia_ = std::numeric_limits<double>::quiet_NaN();
+    n_iter_ = 0;
+    iteration_seconds_ = 0;
+    fitted_ = true;
+    return *this;
+  }
+
   Labels predict(MatrixView<T> X) const {
     check_input(X);
     return detail::run_assign<T, Policy>(backend_, X, centers_);

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 
@@ -468,9 +470,9 @@ double kmeans_detail::HostLloyd<T>::inertia(const Matrix<T>& C) const {
 /// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data, on the host.
 template <class T>
 LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
-                     bool verbose) {
+                     bool verbose, const IterationCallback& on_iteration = {}) {
   kmeans_detail::HostLloyd<T> engine(X, w);
-  return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
+  return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
 namespace kmeans_detail {

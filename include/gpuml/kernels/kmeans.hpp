@@ -270,11 +270,12 @@ class LloydEngine {
 /// (algorithms::lloyd_loop holds the rest of the algorithm, shared with the host engine).
 template <class T, class Policy = kmeans_default_policy>
 algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
-                           int max_iter, double tol_absolute, bool verbose) {
+                                 int max_iter, double tol_absolute, bool verbose,
+                                 const IterationCallback& on_iteration = {}) {
   kmeans_device_time() = {};
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
-  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose);
+  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
 /// Nearest centre of each row (predict), on `device`.
