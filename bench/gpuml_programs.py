@@ -71,7 +71,7 @@ def plot_bars(path: str | None, title: str, labels: list[str], values: list[floa
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xscale("log" if values and min(values) > 0 and max(values) / min(values) > 50 else "linear")
     ax.set_xlabel(unit + " (smaller is better)")
-    ax.set_title(title, fontsize=9)
+    fig.suptitle(title, fontsize=9)
     for b, v in zip(bars, values):
         ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.3g}", va="center", fontsize=8)
     fig.tight_layout()

@@ -89,8 +89,9 @@ void kmeans_case(const gpuml::Backend& device, std::mt19937_64& rng, int index) 
       if (d2 < best) second = best, best = d2, arg = j;
       else if (d2 < second) second = d2;
     }
-    if (second - best > slack<T>() * p.scale * p.scale * static_cast<double>(p.d) * 10)
+    if (second - best > slack<T>() * p.scale * p.scale * static_cast<double>(p.d) * 10) {
       ASSERT_EQ(dev.labels()[i], arg) << "sample " << i;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -35,23 +36,24 @@ void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
   }
   std::exception_ptr failure;
   std::mutex failure_mutex;
+  auto guarded = [&](int t) {
+    try {
+      run(t);
+    } catch (...) {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);
-  for (int t = 1; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        run(t);
-      } catch (...) {
-        std::lock_guard lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    });
+  int spawned = 1;
   try {
-    run(0);
-  } catch (...) {
-    std::lock_guard lock(failure_mutex);
-    if (!failure) failure = std::current_exception();
+    for (; spawned < threads; ++spawned) pool.emplace_back(guarded, spawned);
+  } catch (const std::system_error&) {
+    // No thread could be started (address space or process limits): the calling thread takes the rest.
   }
+  for (int t = spawned; t < threads; ++t) guarded(t);
+  guarded(0);
   for (auto& th : pool) th.join();
   if (failure) std::rethrow_exception(failure);
 }
