@@ -27,7 +27,7 @@ inline std::vector<NamedBackend> backends() {
   try {
     out.push_back({"vulkan", select_backend(choice)});
   } catch (const gpuml::error& e) {
-    if (vulkan::env_flag("GPUML_REQUIRE_DEVICE")) {
+    if (const char* require = std::getenv("GPUML_REQUIRE_DEVICE"); require && gpuml::parse_switch(require).value_or(false)) {
       std::fprintf(stderr, "GPUML_REQUIRE_DEVICE is set but no Vulkan device: %s\n", e.what());
       std::abort();
     }

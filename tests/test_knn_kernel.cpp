@@ -148,13 +148,16 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
   for (Metric m : kMetrics)
     for (int k : {1, 8, 33}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
-      const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m);
+      gpuml::kernels::KnnSearchStats stats;
+      const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m, nullptr,
+                                                            gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
+      EXPECT_EQ(gpuml::kernels::knn_last_search().sample_rows, stats.sample_rows) << "the per-thread copy";
       // k = 33 takes the bounding sample pass where the plan has 8 or more splits: on CPU devices (splits of at
       // most 32 tiles, 10 here), not on GPUs (2 splits here).
       if (k <= 32) {
-        EXPECT_EQ(gpuml::kernels::knn_last_search().sample_rows, 0u);
+        EXPECT_EQ(stats.sample_rows, 0u);
       } else if (device->info().type == gpuml::vulkan::DeviceType::cpu) {
-        EXPECT_GT(gpuml::kernels::knn_last_search().sample_rows, 0u);
+        EXPECT_GT(stats.sample_rows, 0u);
       }
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
@@ -224,10 +227,12 @@ TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
     for (Metric m : {Metric::euclidean, Metric::manhattan, Metric::chebyshev, Metric::inner_product})
       for (int k : {1, 40, 100}) {  // k = 100: heaps where shared memory sorts at most 2048 pairs (lavapipe)
         SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(d) + " k=" + std::to_string(k));
-        const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
-        EXPECT_GT(gpuml::kernels::knn_last_search().sample_rows, 4u * k);
+        gpuml::kernels::KnnSearchStats stats;
+        const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr,
+                                                       gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
+        EXPECT_GT(stats.sample_rows, 4u * k);
         if (k == 40 && d == 2) {
-          EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 1u);
+          EXPECT_EQ(stats.list_overflows, 1u);
         }
         const auto host = gpuml::host::knn_search<T>(db, q, k, m);
         EXPECT_EQ(got.indices, host.indices);
@@ -247,11 +252,23 @@ TYPED_TEST(KnnKernel, CandidateListsMatchTheReference) {
   for (Metric m : kMetrics)
     for (int k : {33, 64}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
-      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
-      EXPECT_GE(gpuml::kernels::knn_last_search().list_batches, 1u);
-      EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 0u);
+      gpuml::kernels::KnnSearchStats stats;
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr,
+                                                     gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
+      EXPECT_GE(stats.list_batches, 1u);
+      EXPECT_EQ(stats.list_overflows, 0u);
+      // The same search with heaps, and without the bounding pass, chosen per call: the same neighbours.
+      gpuml::kernels::KnnSearchStats heap_stats, plain_stats;
+      const auto heaps = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, {.candidate_lists = false}, &heap_stats);
+      EXPECT_EQ(heap_stats.list_batches, 0u);
+      const auto plain = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, {.sample_fraction = 0}, &plain_stats);
+      EXPECT_EQ(plain_stats.sample_rows, 0u);
+      EXPECT_EQ(plain_stats.list_batches, 0u);
       expect_matches_reference<T>(got, db, q, k, m);
-      expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
+      const auto host = gpuml::host::knn_search<T>(db, q, k, m);
+      expect_matches_host<T>(got, host, m);
+      expect_matches_host<T>(heaps, host, m);
+      expect_matches_host<T>(plain, host, m);
     }
 }
 
@@ -283,14 +300,16 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
     const gpuml::kernels::KnnDatabase<T> resident(*device, db);
     for (Metric m : {Metric::sqeuclidean, Metric::euclidean}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " d=" + std::to_string(s.d) + " k=" + std::to_string(s.k));
-      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m, &resident);
+      gpuml::kernels::KnnSearchStats stats;
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m, &resident,
+                                                     gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
       // A query scaled by 1e3 against rows of norm about 1 has a float16 error bound wider than the spread of its
       // distances: every row is a candidate, the lists overflow and the batch is searched with heaps (exactly).
       if (s.offset != 0.0 || !coop) {
-        EXPECT_GE(gpuml::kernels::knn_last_search().list_batches, 1u);
-        EXPECT_EQ(gpuml::kernels::knn_last_search().list_overflows, 0u);
+        EXPECT_GE(stats.list_batches, 1u);
+        EXPECT_EQ(stats.list_overflows, 0u);
       }
-      EXPECT_EQ(gpuml::kernels::knn_last_search().coop_passes > 0, coop);
+      EXPECT_EQ(stats.coop_passes > 0, coop);
       expect_matches_reference<T>(got, db, q, s.k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, s.k, m), m);
       const auto streamed = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m);

@@ -23,27 +23,10 @@ using gpuml::Matrix;
 using gpuml::vulkan::DeviceInfo;
 using gpuml::vulkan::DeviceType;
 
-/// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-/// A fresh GPUML_CACHE_DIR (where the store lives) for one test; the process's store is read again.
+/// A fresh cache directory (where the store lives) for one test; the process's store is read again.
 class TempCacheDir {
  public:
-  TempCacheDir() : path_(make()), env_("GPUML_CACHE_DIR", path_) { tuning::reload_store(); }
+  TempCacheDir() : path_(make()), config_(gpuml::config().set_cache_dir(path_)) { tuning::reload_store(); }
   ~TempCacheDir() {
     std::filesystem::remove_all(path_);
     tuning::reload_store();
@@ -56,7 +39,7 @@ class TempCacheDir {
     return mkdtemp(name);
   }
   std::string path_;
-  ScopedEnv env_;
+  gpuml::ScopedConfig config_;
 };
 
 /// Collects gpuml's warnings for one scope.
@@ -271,16 +254,16 @@ TEST(KMeansPolicy, OverrideThenStoredWinnerThenCatalogue) {
   other.driver_version += 1;
   EXPECT_EQ(Policy::params<float>(other, 127, 14), catalogue) << "another driver";
   {
-    ScopedEnv off("GPUML_TUNING", "0");
+    gpuml::ScopedConfig off(gpuml::config().set_tuning(false));
     EXPECT_EQ(Policy::params<float>(gpu, 127, 14), catalogue);
   }
   {
-    ScopedEnv tile("GPUML_KMEANS_TILE", "64,4,4,8,128");
+    gpuml::ScopedConfig tile(gpuml::config().set_kmeans_tile("64,4,4,8,128"));
     EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{64, 4, 4, 8, 128}));
   }
   CapturedWarnings warnings;
   for (const char* bad : {"64,4,4,8", "64,4,4,8,128,32,1", "64;4;4;8;128", "100,4,4,8,128", "64,4,4,8,128x"}) {
-    ScopedEnv tile("GPUML_KMEANS_TILE", bad);
+    gpuml::ScopedConfig tile(gpuml::config().set_kmeans_tile(bad));
     EXPECT_EQ(Policy::params<float>(gpu, 127, 14), winner) << bad;
   }
   EXPECT_EQ(warnings.messages.size(), 5u);
@@ -352,20 +335,20 @@ TEST(KnnPolicy, OverrideThenStoredWinnerThenCatalogue) {
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue)) << "another shape class";
   EXPECT_EQ(P(KnnPolicy::params<double>(gpu, 10, 128)), P(KnnPolicy::catalogue<double>(gpu))) << "no float64 winner";
   {
-    ScopedEnv off("GPUML_TUNING", "0");
+    gpuml::ScopedConfig off(gpuml::config().set_tuning(false));
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(catalogue));
   }
   {
-    ScopedEnv tile("GPUML_KNN_TILE", "8,8,4,4,8");
+    gpuml::ScopedConfig tile(gpuml::config().set_knn_tile("8,8,4,4,8"));
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(KnnTileParams{8, 8, 4, 4, 8, 1024}));
   }
   {
-    ScopedEnv tile("GPUML_KNN_TILE", "8,16,8,4,16,4096");
+    gpuml::ScopedConfig tile(gpuml::config().set_knn_tile("8,16,8,4,16,4096"));
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 16)), P(KnnTileParams{8, 16, 8, 4, 16, 4096}));
   }
   CapturedWarnings warnings;
   for (const char* bad : {"8,8,4,4", "8,8,4,4,8,1024,1", "8;8;4;4;8", "8,8,6,4,8", "64,64,8,8,8", "8,8,4,4,8x"}) {
-    ScopedEnv tile("GPUML_KNN_TILE", bad);
+    gpuml::ScopedConfig tile(gpuml::config().set_knn_tile(bad));
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
   }

@@ -4,6 +4,7 @@
 
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
+#include <gpuml/core/config.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>

@@ -117,14 +117,13 @@ inline Backend select_backend(std::string_view choice) {
   return info ? Backend::on(detail::open_device(*info)) : Backend::host();
 }
 
-/// The process default: GPUML_DEVICE if set, else automatic. A device asked for but absent gives a warning
+/// The process default: Config::device (GPUML_DEVICE, default automatic). A device asked for but absent gives a warning
 /// and the host backend. Decided once; set_default_backend overrides it.
 inline Backend default_backend() {
   std::lock_guard lock(detail::default_backend_mutex());
   auto& slot = detail::default_backend_slot();
   if (!slot) {
-    const char* env = std::getenv("GPUML_DEVICE");
-    const std::string choice = env ? env : "auto";
+    const std::string choice = config().device();
     try {
       slot = select_backend(choice);
     } catch (const error& e) {

@@ -1,6 +1,7 @@
 // Host threading: a fork-join parallel_for over index ranges. GPUML_NUM_THREADS caps the thread count.
 #pragma once
 
+#include <gpuml/core/config.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -12,15 +13,10 @@
 
 namespace gpuml {
 
+/// Config::num_threads (GPUML_NUM_THREADS), or one thread per hardware thread.
 inline int host_threads() {
-  static const int n = [] {
-    if (const char* s = std::getenv("GPUML_NUM_THREADS")) {
-      const int v = std::atoi(s);
-      if (v > 0) return v;
-    }
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }();
-  return n;
+  const int n = config().num_threads();
+  return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 /// Calls fn(chunk_index, begin, end) for the chunks [i*chunk, min((i+1)*chunk, n)).

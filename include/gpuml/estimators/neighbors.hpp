@@ -24,7 +24,7 @@
 namespace gpuml {
 
 template <class T>
-using KnnResult = host::KnnResult<T>;
+using KnnResult = algorithms::KnnResult<T>;
 
 struct NeighborsParams {
   int n_neighbors = 5;

@@ -7,6 +7,7 @@
 // one GEMM per chunk gives <x,c>, the argmin of ||c||^2 - 2<x,c> keeps the lowest index on ties.
 #pragma once
 
+#include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
@@ -29,22 +30,31 @@
 
 namespace gpuml::host {
 
-template <class T>
-struct LloydResult {
-  Matrix<T> centers;
-  Labels labels;
-  double inertia = 0.0;
-  int n_iter = 0;
-  bool strict_convergence = false;
-  double iteration_seconds = 0.0;  ///< wall time of the E+M iterations alone (no data transfer, final E-step, inertia)
-};
+namespace kmeans_detail {
+// scikit-learn's algorithm lives in the algorithm layer; the host engine below implements its engine operations.
+using algorithms::average_centers;
+using algorithms::draw;
+using algorithms::kPlusPlusBlock;
+using algorithms::lloyd_loop;
+using algorithms::plus_plus_loop;
+using algorithms::plus_plus_trials;
+using algorithms::positive_mass_near;
+using algorithms::py_repr;
+using algorithms::relocate_empty_clusters;
+using algorithms::sampling_masses;
+using algorithms::sq_dist;
+using algorithms::uniform01;
+using algorithms::WeightMasses;
+}  // namespace kmeans_detail
+
+using algorithms::LloydResult;
+using algorithms::random_init;
+
 
 namespace kmeans_detail {
 
 inline constexpr std::int64_t kChunk = 256;
 
-/// Uniform double in [0, 1) from 53 random bits: the same sequence with every standard library.
-inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 /// Fixed partition of the samples into blocks of whole chunks: at most 128 blocks (fewer when k*(d+1) is large,
 /// so the private accumulators stay below ~64 MiB), at least one chunk per block.
@@ -60,40 +70,6 @@ Blocking blocking(std::int64_t n, std::int64_t k, std::int64_t d) {
   std::int64_t block = (n + max_blocks - 1) / max_blocks;
   block = std::max<std::int64_t>(kChunk, (block + kChunk - 1) / kChunk * kChunk);
   return {block, std::max<std::int64_t>(1, (n + block - 1) / block)};
-}
-
-/// Python's repr() of a float (shortest round trip; exponent form below 1e-4 and from 1e16), for verbose output.
-inline std::string py_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-  std::string s(buf, res.ptr);
-  const bool neg = s[0] == '-';
-  if (neg) s.erase(0, 1);
-  const auto epos = s.find('e');
-  const int exp = std::atoi(s.c_str() + epos + 1);
-  std::string digits;
-  for (std::size_t i = 0; i < epos; ++i)
-    if (s[i] != '.') digits += s[i];
-  std::string out;
-  if (exp >= -4 && exp < 16) {
-    if (exp < 0) {
-      out = "0." + std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
-    } else if (static_cast<int>(digits.size()) <= exp + 1) {
-      out = digits + std::string(static_cast<std::size_t>(exp + 1 - static_cast<int>(digits.size())), '0') + ".0";
-    } else {
-      out = digits.substr(0, static_cast<std::size_t>(exp + 1)) + "." + digits.substr(static_cast<std::size_t>(exp + 1));
-    }
-  } else {
-    out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char e[16];
-    std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-    out += e;
-  }
-  return neg ? "-" + out : out;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -420,73 +396,6 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
   }
 }
 
-/// Squared distance of one row to one centre, accumulated in T from differences (exact 0 when x == c).
-template <class T>
-inline T sq_dist(const T* x, const T* c, std::int64_t d) {
-  T s = 0;
-  for (std::int64_t f = 0; f < d; ++f) {
-    const T diff = x[f] - c[f];
-    s += diff * diff;
-  }
-  return s;
-}
-
-/// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old centre move to the empty
-/// clusters, in increasing cluster order; sums/weights are the un-averaged accumulators.
-template <class T>
-void relocate_empty_clusters(const MatrixView<T>& X, const VectorView<T>& w, const Matrix<T>& centers_old,
-                             const Labels& labels, Matrix<T>& sums, Vector<T>& weights) {
-  const std::int64_t n = X.rows(), d = X.cols(), k = centers_old.rows();
-  std::vector<std::int64_t> empty;
-  for (std::int64_t j = 0; j < k; ++j)
-    if (weights[j] == T(0)) empty.push_back(j);
-  if (empty.empty()) return;
-  std::vector<T> dist(static_cast<std::size_t>(n));
-  parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      dist[i] = sq_dist(X.data() + i * X.outerStride(), centers_old.data() + std::int64_t{labels[i]} * d, d);
-  });
-  if (*std::max_element(dist.begin(), dist.end()) == T(0)) return;  // more clusters than distinct points
-  const std::int64_t n_empty = std::min<std::int64_t>(static_cast<std::int64_t>(empty.size()), n);
-  // The n_empty largest distances, largest first; equal distances: the higher index first (numpy's argpartition
-  // gives no order for ties; this matches it on scikit-learn's relocation test).
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
-  std::iota(idx.begin(), idx.end(), std::int64_t{0});
-  auto farther = [&](std::int64_t a, std::int64_t b) { return dist[a] > dist[b] || (dist[a] == dist[b] && a > b); };
-  std::partial_sort(idx.begin(), idx.begin() + n_empty, idx.end(), farther);
-  for (std::int64_t t = 0; t < n_empty; ++t) {
-    const std::int64_t new_id = empty[t], far = idx[t];
-    const std::int64_t old_id = labels[far];
-    const T wi = w[far];
-    const T* x = X.data() + far * X.outerStride();
-    for (std::int64_t f = 0; f < d; ++f) {
-      sums(old_id, f) -= x[f] * wi;
-      sums(new_id, f) = x[f] * wi;
-    }
-    weights[new_id] = wi;
-    weights[old_id] -= wi;
-  }
-}
-
-/// scikit-learn's _average_centers, in place and in cluster order: a cluster still empty copies row argmax(weights)
-/// as it stands at that moment (the heaviest cluster's mean if its index is lower, else its weighted sum, exactly as
-/// scikit-learn does).
-template <class T>
-void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
-  const Eigen::Index k = centers.rows();
-  Eigen::Index heaviest = 0;
-  for (Eigen::Index j = 1; j < k; ++j)
-    if (weights[j] > weights[heaviest]) heaviest = j;
-  for (Eigen::Index j = 0; j < k; ++j) {
-    if (weights[j] > T(0)) {
-      const T alpha = T(1) / weights[j];
-      centers.row(j) *= alpha;
-    } else {
-      centers.row(j) = centers.row(heaviest).eval();
-    }
-  }
-}
-
 }  // namespace kmeans_detail
 
 /// Nearest centre of each row (predict): argmin of ||c||^2 - 2<x,c>, lowest index on ties.
@@ -531,61 +440,6 @@ Matrix<T> euclidean_to_centers(MatrixView<T> X, const Matrix<T>& centers) {
 
 namespace kmeans_detail {
 
-/// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:
-///   bool e_step(C, sums, weights)  labels by nearest centre, per-cluster weighted sums and weights; true when a
-///                                  label changed (always on the first call)
-///   const Labels& labels()         the current labels
-///   void assign(C)                 an E-step without sums (the final one)
-///   double inertia(C)              sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences
-/// The M-step (relocation, averaging), convergence and verbose output live here, once for every backend.
-template <class T, class Engine>
-LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
-                          int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration = {}) {
-  const Eigen::Index k = init_centers.rows();
-  LloydResult<T> r;
-  Matrix<T> centers = init_centers, centers_new(k, X.cols());
-  Vector<T> weights(k);
-  const auto loop_start = std::chrono::steady_clock::now();
-  int i = 0;
-  for (; i < max_iter; ++i) {
-    const bool changed = engine.e_step(centers, centers_new, weights);
-    if ((weights.array() == T(0)).any()) relocate_empty_clusters<T>(X, w, centers, engine.labels(), centers_new, weights);
-    average_centers<T>(centers_new, weights);
-    if (verbose) {
-      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
-      std::printf("Iteration %d, inertia %s.\n", i, py_repr(in).c_str());
-      std::fflush(stdout);  // as it happens, also when stdout is a pipe
-    }
-    T shift_tot = 0;
-    for (Eigen::Index j = 0; j < k; ++j) {
-      const T s = std::sqrt((centers_new.row(j) - centers.row(j)).squaredNorm());
-      shift_tot += s * s;
-    }
-    std::swap(centers, centers_new);
-    if (on_iteration && !on_iteration(LloydIteration{i, max_iter, static_cast<double>(shift_tot)}))
-      throw cancelled("KMeans.fit was cancelled at iteration " + std::to_string(i) + "; the estimator is unchanged");
-    if (!changed) {
-      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i), std::fflush(stdout);
-      r.strict_convergence = true;
-      break;
-    }
-    if (static_cast<double>(shift_tot) <= tol_absolute) {
-      if (verbose)
-        std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
-                    py_repr(static_cast<double>(shift_tot)).c_str(), py_repr(tol_absolute).c_str());
-      break;
-    }
-  }
-  r.n_iter = std::min(i + 1, max_iter);
-  r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
-  if (!r.strict_convergence) engine.assign(centers);  // so that labels_ == predict(X)
-  if (verbose) std::fflush(stdout);
-  r.inertia = engine.inertia(centers);
-  r.centers = std::move(centers);
-  r.labels = engine.labels();
-  return r;
-}
-
 /// The host engine's E-step for lloyd_loop.
 template <class T>
 class HostLloyd {
@@ -622,131 +476,6 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
 }
 
 namespace kmeans_detail {
-
-/// Candidates per round of greedy k-means++, as scikit-learn: 2 + int(log k).
-inline int plus_plus_trials(int k) { return 2 + static_cast<int>(std::log(static_cast<double>(k))); }
-
-/// Samples per k-means++ sampling block: engines keep one mass sum per block, and a draw reads only the blocks it
-/// lands in (on a device, n / kPlusPlusBlock numbers move per round instead of n).
-inline constexpr std::int64_t kPlusPlusBlock = 1024;
-
-/// Sampling masses w_i * closest_i in double for `count` samples (closest null: the weights alone).
-template <class T>
-std::vector<double> sampling_masses(const T* w, const T* closest, std::int64_t count) {
-  std::vector<double> m(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i)
-    m[i] = static_cast<double>(w[i]) * (closest ? static_cast<double>(closest[i]) : 1.0);
-  return m;
-}
-
-/// The first sample at or after idx with positive mass, else the last one before it, else 0. Blocks whose sum is
-/// zero are skipped unread.
-template <class Masses>
-std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std::int64_t idx) {
-  const std::int64_t B = m.block_rows(), b0 = idx / B, n_blocks = static_cast<std::int64_t>(sums.size());
-  for (std::int64_t b = b0; b < n_blocks; ++b) {
-    if (b > b0 && !(sums[b] > 0)) continue;
-    const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? idx - b * B : 0; i < static_cast<std::int64_t>(mass.size()); ++i)
-      if (mass[i] > 0) return b * B + i;
-  }
-  for (std::int64_t b = b0; b >= 0; --b) {
-    if (b < b0 && !(sums[b] > 0)) continue;
-    const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? idx - b * B : static_cast<std::int64_t>(mass.size()) - 1; i >= 0; --i)
-      if (mass[i] > 0) return b * B + i;
-  }
-  return 0;
-}
-
-/// One index per u in [0, 1), drawn with probability mass_i / sum(mass) as numpy does: searchsorted on the
-/// cumulative sum at u * sum, side right (choice(p=...), the first centre) or left (_kmeans_plusplus), moved off
-/// zero-mass samples while any mass is left. The masses come in blocks of m.block_rows() samples:
-///   const std::vector<double>& block_sums()   the sum of each block's masses
-///   std::vector<double> block(b)              the masses of block b's samples, in double
-///   void prefetch(blocks)                     a hint: these blocks will be read next
-/// The cumulative sum runs in double over the block sums, then inside the blocks drawn.
-template <class Masses>
-std::vector<std::int64_t> draw(Masses& m, const std::vector<double>& u, bool side_right) {
-  const std::vector<double>& sums = m.block_sums();
-  const std::int64_t B = m.block_rows(), n_blocks = static_cast<std::int64_t>(sums.size());
-  std::vector<double> ends(sums.size());  // the cumulative sum at the end of each block
-  double total = 0;
-  for (std::int64_t b = 0; b < n_blocks; ++b) ends[b] = (total += sums[b]);
-  auto reached = [&](double cum, double r) { return side_right ? cum > r : cum >= r; };
-  std::vector<std::int64_t> blocks(u.size()), out(u.size());
-  for (std::size_t q = 0; q < u.size(); ++q) {
-    const double r = u[q] * total;
-    const auto it = side_right ? std::upper_bound(ends.begin(), ends.end(), r) : std::lower_bound(ends.begin(), ends.end(), r);
-    blocks[q] = std::min<std::int64_t>(it - ends.begin(), n_blocks - 1);
-  }
-  m.prefetch(blocks);
-  for (std::size_t q = 0; q < u.size(); ++q) {
-    const double r = u[q] * total;
-    const std::int64_t b = blocks[q];
-    const std::vector<double> mass = m.block(b);
-    // Past the block's end without reaching r (rounding between the block sum and its samples): its last sample.
-    std::int64_t i = 0;
-    for (double cum = b > 0 ? ends[b - 1] : 0.0; i + 1 < static_cast<std::int64_t>(mass.size()); ++i)
-      if (reached(cum += mass[i], r)) break;
-    out[q] = total > 0 && !(mass[i] > 0) ? positive_mass_near(m, sums, b * B + i) : b * B + i;
-  }
-  return out;
-}
-
-/// The masses of the first draw: the sample weights.
-template <class T>
-class WeightMasses {
- public:
-  explicit WeightMasses(VectorView<T> w) : w_(w) {
-    const std::int64_t n = w.size();
-    sums_.resize(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock));
-    for (std::size_t b = 0; b < sums_.size(); ++b) {
-      double s = 0;
-      for (double v : block(static_cast<std::int64_t>(b))) s += v;
-      sums_[b] = s;
-    }
-  }
-  std::int64_t block_rows() const { return kPlusPlusBlock; }
-  const std::vector<double>& block_sums() const { return sums_; }
-  void prefetch(const std::vector<std::int64_t>&) {}
-  std::vector<double> block(std::int64_t b) const {
-    const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(w_.size(), begin + kPlusPlusBlock);
-    return sampling_masses<T>(w_.data() + begin, nullptr, end - begin);
-  }
-
- private:
-  VectorView<T> w_;
-  std::vector<double> sums_;
-};
-
-/// scikit-learn's _kmeans_plusplus (greedy) on centred data, for any engine that keeps closest_i, each sample's
-/// squared distance to its nearest centre so far, and provides:
-///   void start(c)                        closest = ||x - c||^2 for the first centre (a 1 x d matrix)
-///   std::vector<double> potentials(cand) per candidate row: sum_i w_i min(closest_i, ||x_i - cand||^2)
-///   void keep(t)                         closest = min(closest, ||x - cand_t||^2) for the last potentials' candidates
-///   the sampling masses w_i * closest_i in blocks, as draw reads them
-/// The first centre is drawn with probability w / sum(w); then each round draws 2 + int(log k) candidates
-/// proportional to w * closest and keeps the one of lowest potential (the first on ties, as np.argmin).
-template <class T, class Engine>
-Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
-  const int n_trials = plus_plus_trials(k);
-  Matrix<T> centers(k, X.cols()), cand(n_trials, X.cols());
-  WeightMasses<T> weights(w);
-  centers.row(0) = X.row(draw(weights, {uniform01(rng)}, true)[0]);
-  engine.start(Matrix<T>(centers.topRows(1)));
-  std::vector<double> u(static_cast<std::size_t>(n_trials));
-  for (int c = 1; c < k; ++c) {
-    for (double& x : u) x = uniform01(rng);
-    const std::vector<std::int64_t> ids = draw(engine, u, false);
-    for (int t = 0; t < n_trials; ++t) cand.row(t) = X.row(ids[t]);
-    const std::vector<double> pot = engine.potentials(cand);
-    const int best = static_cast<int>(std::min_element(pot.begin(), pot.end()) - pot.begin());
-    engine.keep(best);
-    centers.row(c) = cand.row(best);
-  }
-  return centers;
-}
 
 /// The host engine of plus_plus_loop. Distances are exact (from differences); potentials are summed per lane in T
 /// and per block in double, the blocks in order, so results do not depend on the thread count.
@@ -843,37 +572,6 @@ template <class T>
 Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
   kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k));
   return kmeans_detail::plus_plus_loop<T>(engine, X, w, k, rng);
-}
-
-/// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)
-/// (rounds of draws, duplicates dropped, chosen samples' weight zeroed). Needs k samples with positive weight.
-template <class T>
-Matrix<T> random_init(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
-  const std::int64_t n = X.rows();
-  std::vector<double> p(static_cast<std::size_t>(n)), cdf(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(w[i]);
-  std::vector<std::int64_t> found;
-  found.reserve(static_cast<std::size_t>(k));
-  while (static_cast<int>(found.size()) < k) {
-    const int need = k - static_cast<int>(found.size());
-    std::vector<double> u(static_cast<std::size_t>(need));
-    for (auto& x : u) x = kmeans_detail::uniform01(rng);
-    for (std::int64_t f : found) p[f] = 0;
-    double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) cdf[i] = (s += p[i]);
-    if (!(s > 0)) break;
-    std::vector<std::int64_t> drawn;
-    for (double x : u) {
-      std::int64_t idx = std::upper_bound(cdf.begin(), cdf.end(), x * s) - cdf.begin();
-      if (idx >= n) idx = n - 1;
-      while (idx > 0 && !(p[idx] > 0)) --idx;
-      if (std::find(drawn.begin(), drawn.end(), idx) == drawn.end()) drawn.push_back(idx);
-    }
-    for (std::int64_t idx : drawn) found.push_back(idx);
-  }
-  Matrix<T> centers(k, X.cols());
-  for (int j = 0; j < k; ++j) centers.row(j) = X.row(found[j < static_cast<int>(found.size()) ? j : 0]);
-  return centers;
 }
 
 }  // namespace gpuml::host

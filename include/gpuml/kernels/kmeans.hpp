@@ -4,7 +4,7 @@
 // Results are bitwise identical from run to run on the same device and input.
 #pragma once
 
-#include <gpuml/host/kmeans.hpp>
+#include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/shaders/kmeans_inertia_f32.hpp>
@@ -267,14 +267,15 @@ class LloydEngine {
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`
-/// (host::kmeans_detail::lloyd_loop holds the rest of the algorithm, shared with the host engine).
+/// (algorithms::lloyd_loop holds the rest of the algorithm, shared with the host engine).
 template <class T, class Policy = kmeans_default_policy>
-host::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
-                           int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration = {}) {
+algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
+                                 int max_iter, double tol_absolute, bool verbose,
+                                 const IterationCallback& on_iteration = {}) {
   kmeans_device_time() = {};
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
-  return host::kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
 /// Nearest centre of each row (predict), on `device`.

@@ -1,5 +1,5 @@
 // The Vulkan engine of greedy k-means++: the candidates' potentials and the kept centre's distance update run on
-// the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is host::kmeans_detail::plus_plus_loop,
+// the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is algorithms::plus_plus_loop,
 // shared with the host engine. Samples are split in chunks that each fit one binding, as LloydEngine does. Per
 // round the host downloads one mass sum (w * closest) per block of 1024 samples, prefix-sums them in double, and
 // then only the distances of the blocks its draws land in; the candidates' potentials come back as one partial per
@@ -10,7 +10,7 @@
 // the cumulative sum, and the kept candidate only where two potentials tie within it.
 #pragma once
 
-#include <gpuml/host/kmeans.hpp>
+#include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/shaders/kmeans_plus_plus_f32.hpp>
 #include <gpuml/shaders/kmeans_plus_plus_f64.hpp>
@@ -39,7 +39,7 @@ class PlusPlusEngine {
   // 128 threads and 1 KiB of shared memory (double) fit every Vulkan device's guaranteed limits.
   static constexpr std::uint32_t kThreads = 128, kSamplesPerThread = 8, kMaxGroups = 1024;
   static constexpr std::uint64_t kBlock = kThreads * kSamplesPerThread;  // one shader tile per sampling block
-  static_assert(kBlock == host::kmeans_detail::kPlusPlusBlock, "the host and device engines sample the same blocks");
+  static_assert(kBlock == algorithms::kPlusPlusBlock, "the host and device engines sample the same blocks");
 
   /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).
   PlusPlusEngine(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int n_trials, std::uint64_t max_chunk_bytes = 0)
@@ -101,7 +101,7 @@ class PlusPlusEngine {
 
   void keep(int t) { commit(nullptr, static_cast<std::uint32_t>(t)); }
 
-  // The sampling masses, as host::kmeans_detail::draw reads them.
+  // The sampling masses, as algorithms::draw reads them.
   std::int64_t block_rows() const { return static_cast<std::int64_t>(kBlock); }
   const std::vector<double>& block_sums() const { return block_sums_; }
 
@@ -123,7 +123,7 @@ class PlusPlusEngine {
       for (std::size_t j = begin; j < end; ++j) {
         const std::uint64_t first = std::uint64_t(todo[j]) * kBlock, rows = std::get<2>(locate(todo[j]));
         const T* closest = static_cast<const T*>(readback_.mapped()) + (j - begin) * kBlock;
-        masses_[todo[j]] = host::kmeans_detail::sampling_masses<T>(w_.data() + first, closest, std::int64_t(rows));
+        masses_[todo[j]] = algorithms::sampling_masses<T>(w_.data() + first, closest, std::int64_t(rows));
       }
     }
   }
@@ -186,8 +186,8 @@ class PlusPlusEngine {
 template <class T>
 Matrix<T> kmeans_plus_plus(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
                            std::uint64_t max_chunk_bytes = 0) {
-  PlusPlusEngine<T> engine(device, X, w, host::kmeans_detail::plus_plus_trials(k), max_chunk_bytes);
-  return host::kmeans_detail::plus_plus_loop<T>(engine, X, w, k, rng);
+  PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes);
+  return algorithms::plus_plus_loop<T>(engine, X, w, k, rng);
 }
 
 }  // namespace gpuml::kernels

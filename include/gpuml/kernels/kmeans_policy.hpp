@@ -183,17 +183,17 @@ KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::ui
   return best;
 }
 
-/// GPUML_KMEANS_TILE=threads,spt,kt,ds,ks[,subgroup]: one tile for every k-means problem, for sweeps. A value
+/// Config::kmeans_tile (GPUML_KMEANS_TILE), threads,spt,kt,ds,ks[,subgroup]: one tile for every k-means problem, for sweeps. A value
 /// that is malformed or not a usable tile on `device` is ignored with a warning.
 inline std::optional<KMeansTileParams> kmeans_tile_from_env(const vulkan::DeviceInfo& device) {
-  const char* env = std::getenv("GPUML_KMEANS_TILE");
-  if (!env || !*env) return std::nullopt;
-  auto values = tuning::parse_tile_list(env, 1024);
+  const std::string env = config().kmeans_tile();
+  if (env.empty()) return std::nullopt;
+  auto values = tuning::parse_tile_list(env.c_str(), 1024);
   if (values && values->size() == 5) values->push_back(0);
   const auto tile = values ? KMeansTileParams::from_params(*values) : std::nullopt;
   const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected threads,spt,kt,ds,ks[,subgroup]";
   if (why.empty()) return tile;
-  tuning::warn_once("ignoring GPUML_KMEANS_TILE=" + std::string(env) + " on " + device.name + ": " + why);
+  tuning::warn_once("ignoring the k-means tile " + env + " on " + device.name + ": " + why);
   return std::nullopt;
 }
 

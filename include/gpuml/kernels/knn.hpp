@@ -22,7 +22,7 @@
 // into split 0's, 8 at a time per pass. Either way only n_queries x k pairs come back (copied within the search's
 // submission); those of successive database blocks are merged on the host into one running list per query,
 // which is finished exactly as
-// host::knn_search finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
+// the host engine (host/knn.hpp) finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
 // engine's fixed order (exact duplicates at distance exactly 0, the cosine zero-vector rule), sorted by
 // (value, index), euclidean = sqrt(max(d2, 0)), inner product negated back to a similarity (descending).
 //
@@ -42,7 +42,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
-#include <gpuml/host/knn.hpp>
+#include <gpuml/algorithms/knn.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/policy.hpp>
 #include <gpuml/shaders/knn_select_f32.hpp>
@@ -185,18 +185,18 @@ struct knn_default_policy {
     return t.misfit<T>(device);
   }
 
-  /// GPUML_KNN_TILE=wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
+  /// Config::knn_tile (GPUML_KNN_TILE), wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
   /// ignored with a warning (once).
   template <class T>
   static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
-    const char* env = std::getenv("GPUML_KNN_TILE");
-    if (!env || !*env) return std::nullopt;
-    auto values = tuning::parse_tile_list(env, (1u << 20));
+    const std::string env = config().knn_tile();
+    if (env.empty()) return std::nullopt;
+    auto values = tuning::parse_tile_list(env.c_str(), (1u << 20));
     if (values && values->size() == 5) values->push_back(1024);
     const auto tile = values ? from_params(*values) : std::nullopt;
     const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
     if (why.empty()) return tile;
-    tuning::warn_once("ignoring GPUML_KNN_TILE=" + std::string(env) + " on " + device.name + ": " + why);
+    tuning::warn_once("ignoring the k-NN tile " + env + " on " + device.name + ": " + why);
     return std::nullopt;
   }
 
@@ -259,13 +259,14 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGa
 /// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
 inline constexpr std::uint32_t kKnnCoopQueries = 128, kKnnCoopRows = 128;
 
-inline bool knn_coop_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("GPUML_KNN_COOP");
-    return !(env && std::string(env) == "0");
-  }();
-  return on;
-}
+/// The switches of one k-NN search (comparisons and sweeps; the defaults are the fastest exact search). Config
+/// gives the process's defaults (GPUML_KNN_SAMPLE, GPUML_KNN_APPEND, GPUML_KNN_COOP).
+struct KnnSearchOptions {
+  std::uint64_t sample_fraction = Config::kDefaultKnnSample;  // the bounding pass samples 1/F of a block; 0: none
+  bool candidate_lists = true;                                 // false: heaps always
+  bool cooperative_matrices = true;                            // false: float32 list passes everywhere
+  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop()}; }
+};
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
 /// that keeps the largest below 2^14, rows padded with zeros to a multiple of 16 features; for database blocks also
@@ -379,41 +380,22 @@ struct KnnBoundSample {
   // at least k pairs pass the list pass), and the list pass's k-th best bounds the search. 0: one level.
   std::uint64_t list_splits = 0, list_rows = 0, list_stride = 0;
 };
-inline constexpr std::uint64_t kKnnSampleFraction = 16;
-
-inline std::uint64_t knn_sample_fraction() {
-  static const std::uint64_t f = [] {
-    const char* env = std::getenv("GPUML_KNN_SAMPLE");
-    if (!env || !*env) return kKnnSampleFraction;
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (*end || (v != 0 && v < 2)) {
-      tuning::warn_once("ignoring GPUML_KNN_SAMPLE=" + std::string(env) + ": expected 0 or a fraction of at least 2");
-      return kKnnSampleFraction;
-    }
-    return static_cast<std::uint64_t>(v);
-  }();
-  return f;
-}
+inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
 
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
-/// a power of two, where knn_gather.comp can sort that many in shared memory. GPUML_KNN_APPEND=0: heaps always.
+/// a power of two, where knn_gather.comp can sort that many in shared memory.
 /// `candidates`: how many more pairs than pass the bound the list pass appends (knn_filter_coop.comp's candidates
 /// are up to about twice as many as the pairs under the bound); the lists then get up to that many times more slots.
 template <class T>
-std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t candidates = 1) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GPUML_KNN_APPEND");
-    return !(env && std::string(env) == "0");
-  }();
-  if (!enabled) return 0;
+std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t fraction,
+                           std::uint64_t candidates = 1) {
   std::uint64_t fits = 1;
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
   // k + 4: at small k the bound (the sample's k-th best) is a noisy quantile, and lists of 2 F k slots overflowed.
-  const std::uint64_t expected = knn_sample_fraction() * (k + 4);
+  const std::uint64_t expected = fraction * (k + 4);
   std::uint64_t want = 1;
-  while (want < 2 * knn_sample_fraction() * k) want *= 2;
+  while (want < 2 * fraction * k) want *= 2;
   const std::uint64_t most = std::min<std::uint64_t>(fits, 4096);
   if (want > most) return 0;
   while (want < 2 * candidates * expected && 2 * want <= most) want *= 2;
@@ -421,8 +403,7 @@ std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std:
 }
 
 inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb, std::uint64_t k,
-                                   bool cpu, bool lists) {
-  const std::uint64_t fraction = knn_sample_fraction();
+                                   bool cpu, bool lists, std::uint64_t fraction) {
   if (fraction == 0) return {};
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   // Measured no faster with the sample and heaps (H200, lavapipe): small k, which warms up in a few tiles, and
@@ -447,10 +428,11 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 /// only about 1/F^2 of the block, in at most 8 splits, and the list pass 1/F in as many splits as the search (it has
 /// no warm-up to pay), each of 8 tiles or more. One level where the block is too small for two.
 inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
-                                             std::uint64_t k, bool cpu, std::uint64_t batch_queries) {
-  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true);
+                                             std::uint64_t k, bool cpu, std::uint64_t batch_queries,
+                                             std::uint64_t fraction) {
+  const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true, fraction);
   if (!one.splits) return one;
-  const std::uint64_t BN = tile.block_rows(), fraction = knn_sample_fraction(), sample = nb / fraction;
+  const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
   KnnBoundSample b;
   b.list_splits = std::max<std::uint64_t>(1, std::min(pl.splits, sample / (8 * BN)));  // 8 tiles or more each
   b.list_rows = ceil_div(ceil_div(sample, b.list_splits), BN) * BN;
@@ -544,7 +526,7 @@ class KnnDatabase {
   mutable std::vector<KnnHalfRows> half_blocks_;
 };
 
-/// What the last knn_search on this thread did.
+/// What a knn_search did (its `stats` argument).
 struct KnnSearchStats {
   double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
   std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
@@ -553,22 +535,33 @@ struct KnnSearchStats {
   std::uint64_t list_batches = 0, list_overflows = 0;
   std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
 };
-inline KnnSearchStats& knn_last_search() {
+namespace knn_detail {
+inline KnnSearchStats& last_search() {
   thread_local KnnSearchStats stats;
   return stats;
+}
+}  // namespace knn_detail
+
+/// The stats of the last knn_search on this thread, for callers written before knn_search returned them; pass
+/// `stats` to knn_search instead.
+inline KnnSearchStats& knn_last_search() {
+  return knn_detail::last_search();
 }
 
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
-/// block for this search.
+/// block for this search. `options`: the search's switches (default: the process's Config); `stats`, when given,
+/// receives what the search did.
 template <class T, class Policy = default_knn_policy<T>>
-host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
-                              const KnnDatabase<T>* resident = nullptr) {
+algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
+                                    const KnnDatabase<T>* resident = nullptr,
+                                    const KnnSearchOptions& options = KnnSearchOptions::from(config()),
+                                    KnnSearchStats* stats = nullptr) {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
-  host::knn_detail::check_search(n, d, queries.cols(), k);
+  algorithms::check_search(n, d, queries.cols(), k);
   if (static_cast<std::uint64_t>(k) > Policy::max_k)
     throw unsupported("knn_search on a Vulkan device supports k <= " + std::to_string(Policy::max_k) + ", got k = " +
                       std::to_string(k) + " (use the host engine)");
@@ -581,8 +574,15 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
     throw error("knn_search: the resident database does not match the database given");
 
-  host::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
-  knn_last_search() = KnnSearchStats{.device_ms = 0};
+  algorithms::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
+  KnnSearchStats local_stats;
+  KnnSearchStats& st = stats ? *stats : local_stats;
+  st = KnnSearchStats{.device_ms = 0};
+  // Also kept per thread for knn_last_search() (older callers), whichever way the search ends.
+  struct KeepLast {
+    const KnnSearchStats& st;
+    ~KeepLast() { knn_detail::last_search() = st; }
+  } keep_last{st};
   if (m == 0) return result;
 
   const std::uint64_t s = sizeof(T);
@@ -593,7 +593,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   // tile holds twice the queries of the usual one, so the plan asks for at least 8192 tile-sized workgroups (a
   // tuned 1024 left 6 splits and a quarter-filled H200: 93.9 against 83.5 ms at 1M x 128, 10k queries, k = 100).
   const bool coop_lists = std::is_same_v<T, float> && knn_metric_code(metric) == 0 && device.info().coop_matrix_f16 &&
-                          knn_coop_enabled();
+                          options.cooperative_matrices;
   KnnTileParams plan_tile = tile;
   if (coop_lists) plan_tile.groups = std::max<std::uint32_t>(plan_tile.groups, 8192);
   auto pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k);
@@ -601,7 +601,9 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   bool lists_allowed = true;
   if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
-  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, coop_lists ? 2 : 1) : 0;
+  if (!options.candidate_lists) lists_allowed = false;
+  const std::uint64_t fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
+  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, fraction, coop_lists ? 2 : 1) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
@@ -610,10 +612,10 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
     if (budget == 0) slots = 0;
     else if (budget < pl.batch_queries) pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k, budget);
   }
-  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0);
+  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0, fraction);
   if (!first_sample.splits) slots = 0;
   const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
-  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max);
+  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max, fraction);
 
   using Workspace = KnnWorkspace<T>;
   Workspace scratch;
@@ -765,13 +767,13 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       auto finish_batch = [&] {
         cmds.timestamp(1);
         cmds.submit_and_wait();
-        knn_last_search().device_ms += cmds.elapsed_ms(0, 1);
+        st.device_ms += cmds.elapsed_ms(0, 1);
         if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
           throw unsupported(device.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
                             "per invocation) for d=" + std::to_string(d) + ", k=" + std::to_string(k));
       };
-      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max)
-                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false);
+      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max, fraction)
+                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false, fraction);
       const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
       const bool lists = bounded && slots;
       const bool list_sample = lists && sample.list_splits > 0;
@@ -792,7 +794,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                       query_tiles, static_cast<std::uint32_t>(sample.splits));
         merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
         cmds.barrier();
-        knn_last_search().sample_rows += sample.splits * sample.rows;
+        st.sample_rows += sample.splits * sample.rows;
       }
       // A list pass over n_splits splits of split_rows rows, stride apart.
       auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
@@ -810,7 +812,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
                   -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
           cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
                         static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          ++knn_last_search().coop_passes;
+          ++st.coop_passes;
           return;
         }
         cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed, status}, push,
@@ -821,7 +823,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         cmds.barrier();
         gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
         cmds.barrier();
-        knn_last_search().sample_rows += sample.list_splits * sample.list_rows;
+        st.sample_rows += sample.list_splits * sample.list_rows;
       }
       const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
       // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
@@ -853,7 +855,7 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
         };
         const bool sample_overflow = list_sample && overflowed(ws.sample_listed, rb_sample_listed);
         from_lists = !sample_overflow && !overflowed(ws.listed, rb_listed);
-        ++(from_lists ? knn_last_search().list_batches : knn_last_search().list_overflows);
+        ++(from_lists ? st.list_batches : st.list_overflows);
         if (!from_lists) {
           cmds.reset();
           cmds.fill(status, 0, 16, 0u);
@@ -900,15 +902,15 @@ host::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, Ma
       cand.assign(best.begin() + q * k, best.begin() + (q + 1) * k);
       if (recompute) {
         const T* qr = queries.row(i).data();
-        const T qsq = metric == Metric::cosine ? host::knn_detail::dot_fixed(qr, qr, d) : T(0);
+        const T qsq = metric == Metric::cosine ? algorithms::dot_fixed(qr, qr, d) : T(0);
         for (auto& [v, j] : cand) {
           const T* x = database.row(j).data();
-          v = metric == Metric::cosine ? host::knn_detail::cosine_exact(qr, x, d, qsq, host::knn_detail::dot_fixed(x, x, d))
-                                       : host::knn_detail::sqdist_fixed(qr, x, d);
+          v = metric == Metric::cosine ? algorithms::cosine_exact(qr, x, d, qsq, algorithms::dot_fixed(x, x, d))
+                                       : algorithms::sqdist_fixed(qr, x, d);
         }
         std::sort(cand.begin(), cand.end());
       }
-      host::knn_detail::write_neighbours(result, i, cand, k, metric);
+      algorithms::write_neighbours(result, i, cand, k, metric);
     }
   });
   return result;

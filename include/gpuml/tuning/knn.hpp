@@ -159,14 +159,15 @@ class KnnBench final : public ShapeBench {
     if (!tile) throw invalid_input("not a k-NN tile");
     RuntimeKnnTile::Use use(*tile);
     auto search = [&] {
-      kernels::knn_search<T, RuntimeKnnTile>(device_, X_, Q_, static_cast<int>(shape_.k), Metric::euclidean, &database_);
+      kernels::knn_search<T, RuntimeKnnTile>(device_, X_, Q_, static_cast<int>(shape_.k), Metric::euclidean, &database_,
+                                             kernels::KnnSearchOptions::from(config()), &stats_);
     };
     for (int i = 0; i < warmups; ++i) search();
     std::vector<double> ms;
     for (int i = 0; i < std::max(reps, 1); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       search();
-      const double device_ms = kernels::knn_last_search().device_ms;  // the GPU's time, without the host's merge
+      const double device_ms = stats_.device_ms;  // the GPU's time, without the host's merge
       ms.push_back(device_ms >= 0 ? device_ms
                                   : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -179,6 +180,7 @@ class KnnBench final : public ShapeBench {
   KnnShape shape_;
   Matrix<T> X_, Q_;
   kernels::KnnDatabase<T> database_;
+  kernels::KnnSearchStats stats_;
 };
 
 inline TunableKernel knn_tunable() {

@@ -391,11 +391,8 @@ inline std::optional<std::vector<std::uint32_t>> parse_tile_list(const char* tex
   }
 }
 
-/// GPUML_TUNING=0 (or off/false) makes gpuml ignore the store and use the catalogue defaults.
-inline bool store_enabled() {
-  const char* v = std::getenv("GPUML_TUNING");
-  return !(v && (std::string_view(v) == "0" || std::string_view(v) == "off" || std::string_view(v) == "false"));
-}
+/// Config::set_tuning(false) (GPUML_TUNING=0) makes gpuml ignore the store and use the catalogue defaults.
+inline bool store_enabled() { return config().tuning(); }
 
 namespace store_detail {
 struct ProcessStore {

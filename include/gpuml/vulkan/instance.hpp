@@ -1,6 +1,7 @@
 // The Vulkan instance (one per process, shared) and what each physical device can do.
 #pragma once
 
+#include <gpuml/core/config.hpp>
 #include <gpuml/vulkan/loader.hpp>
 #include <gpuml/vulkan/result.hpp>
 
@@ -86,10 +87,6 @@ inline VKAPI_ATTR VkBool32 VKAPI_CALL debug_callback(VkDebugUtilsMessageSeverity
   return VK_FALSE;
 }
 
-inline bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0 && std::strcmp(v, "off") != 0;
-}
 
 class Instance {
  public:
@@ -118,10 +115,7 @@ class Instance {
     if (instance_) f.vkDestroyInstance(instance_, nullptr);
   }
 
-  static bool strict_validation() {
-    const char* v = std::getenv("GPUML_VALIDATION");
-    return v && std::strcmp(v, "strict") == 0;
-  }
+  static bool strict_validation() { return config().validation() == Validation::strict; }
 
   /// GPUML_VALIDATION=strict: any validation message fails the process (at exit, and when a device is destroyed,
   /// which is when the layer reports objects never destroyed), so tests catch leaks that only show late.
@@ -153,7 +147,7 @@ class Instance {
       if (enum_version(&v) == VK_SUCCESS && v >= VK_API_VERSION_1_3) api_version_ = VK_API_VERSION_1_3;
       else if (v >= VK_API_VERSION_1_2) api_version_ = VK_API_VERSION_1_2;
     }
-    const bool want_validation = env_flag("GPUML_VALIDATION");
+    const bool want_validation = config().validation() != Validation::off;
     std::vector<const char*> layers, extensions;
     if (want_validation) {
       if (!has_layer("VK_LAYER_KHRONOS_validation"))

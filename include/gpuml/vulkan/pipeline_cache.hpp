@@ -2,6 +2,7 @@
 // process does not compile the shaders again. GPUML_PIPELINE_CACHE=0 turns it off; GPUML_CACHE_DIR moves it.
 #pragma once
 
+#include <gpuml/core/config.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
 #include <cstdio>
@@ -12,12 +13,7 @@
 
 namespace gpuml::vulkan {
 
-inline std::string cache_directory() {
-  if (const char* d = std::getenv("GPUML_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/gpuml";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/gpuml";
-  return {};
-}
+inline std::string cache_directory() { return config().cache_dir(); }
 
 inline std::string device_key(const DeviceInfo& info) {
   static const char* hex = "0123456789abcdef";
@@ -30,10 +26,7 @@ inline std::string device_key(const DeviceInfo& info) {
          std::to_string(info.driver_version);
 }
 
-inline bool pipeline_cache_enabled() {
-  const char* v = std::getenv("GPUML_PIPELINE_CACHE");
-  return !(v && (std::string(v) == "0" || std::string(v) == "off"));
-}
+inline bool pipeline_cache_enabled() { return config().pipeline_cache(); }
 
 inline std::string pipeline_cache_path(const DeviceInfo& info) {
   const std::string dir = cache_directory();
