@@ -8,6 +8,7 @@
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/core/warnings.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -181,8 +182,7 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
     average_centers<T>(centers_new, weights);
     if (verbose) {
       const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
-      std::printf("Iteration %d, inertia %s.\n", i, py_repr(in).c_str());
-      std::fflush(stdout);  // as it happens, also when stdout is a pipe
+      verbose_line("Iteration " + std::to_string(i) + ", inertia " + py_repr(in) + ".");
     }
     T shift_tot = 0;
     for (Eigen::Index j = 0; j < k; ++j) {
@@ -193,21 +193,20 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
     if (on_iteration && !on_iteration(LloydIteration{i, max_iter, static_cast<double>(shift_tot)}))
       throw cancelled("KMeans.fit was cancelled at iteration " + std::to_string(i) + "; the estimator is unchanged");
     if (!changed) {
-      if (verbose) std::printf("Converged at iteration %d: strict convergence.\n", i), std::fflush(stdout);
+      if (verbose) verbose_line("Converged at iteration " + std::to_string(i) + ": strict convergence.");
       r.strict_convergence = true;
       break;
     }
     if (static_cast<double>(shift_tot) <= tol_absolute) {
       if (verbose)
-        std::printf("Converged at iteration %d: center shift %s within tolerance %s.\n", i,
-                    py_repr(static_cast<double>(shift_tot)).c_str(), py_repr(tol_absolute).c_str());
+        verbose_line("Converged at iteration " + std::to_string(i) + ": center shift " +
+                     py_repr(static_cast<double>(shift_tot)) + " within tolerance " + py_repr(tol_absolute) + ".");
       break;
     }
   }
   r.n_iter = std::min(i + 1, max_iter);
   r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   if (!r.strict_convergence) engine.assign(centers);  // so that labels_ == predict(X)
-  if (verbose) std::fflush(stdout);
   r.inertia = engine.inertia(centers);
   r.centers = std::move(centers);
   r.labels = engine.labels();

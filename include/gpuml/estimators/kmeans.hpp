@@ -238,10 +238,7 @@ class KMeans {
         start = detail::run_kmeans_plus_plus<T, Policy>(backend_, Xc, sample_weight, k, rng);
       else
         start = host::random_init<T>(Xc, sample_weight, k, rng);
-      if (p.verbose) {
-        std::printf("Initialization complete\n");
-        std::fflush(stdout);
-      }
+      if (p.verbose) verbose_line("Initialization complete");
       host::LloydResult<T> r =
           detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
                                        p.on_iteration);

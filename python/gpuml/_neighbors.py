@@ -1,0 +1,289 @@
+"""gpuml.NearestNeighbors, KNeighborsClassifier and KNeighborsRegressor: scikit-learn's classes whose k-nearest
+neighbour searches run on gpuml's kernels.
+
+fit is scikit-learn's (validation, targets, classes, its tree when algorithm asks for one, which radius searches
+use); kneighbors, and through it predict and kneighbors_graph, search with gpuml for the metrics gpuml has
+(euclidean, sqeuclidean, manhattan, chebyshev, cosine; minkowski with p = 1, 2 or inf). gpuml keeps the database on
+the device after the first search and rebuilds that copy from _fit_X when it is missing (after unpickling, say).
+Distances of float32 data are returned as scikit-learn returns them: float64 (float32 for cosine), recomputed
+from differences in float64 for the chosen neighbours.
+"""
+
+import numbers
+import threading
+import weakref
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.neighbors import KNeighborsClassifier as _SklearnKNeighborsClassifier
+from sklearn.neighbors import KNeighborsRegressor as _SklearnKNeighborsRegressor
+from sklearn.neighbors import NearestNeighbors as _SklearnNearestNeighbors
+from sklearn.neighbors._base import _get_weights
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import _gpuml
+from ._common import DEVICE_CONSTRAINT, calls, densify, device_choice, float_dtype, log_fallback_once, raise_warnings
+
+# Each fitted estimator's database on gpuml, beside it (see _gpuml_database); dropped with the estimator.
+_databases = weakref.WeakKeyDictionary()
+_databases_lock = threading.Lock()
+
+_METRICS = {"euclidean", "l2", "sqeuclidean", "manhattan", "cityblock", "l1", "chebyshev", "cosine"}
+
+
+def _gpuml_metric(metric, p, metric_params):
+    """gpuml's name for scikit-learn's metric, or None where gpuml has no kernel for it."""
+    params = dict(metric_params or {})
+    if metric == "minkowski":
+        p = params.pop("p", p)
+        if params:
+            return None
+        return {1: "manhattan", 2: "euclidean", np.inf: "chebyshev"}.get(p if p is not None else 2)
+    if callable(metric) or params or metric not in _METRICS:
+        return None
+    return metric
+
+
+def _exact_distances(X, Y, indices, metric):
+    """Distances from each row of X to its neighbours Y[indices] in float64, computed from differences."""
+    X64 = X.astype(np.float64, copy=False)
+    out = np.empty(indices.shape, dtype=np.float64)
+    step = max(1, (1 << 24) // max(1, indices.shape[1] * X.shape[1]))  # bounded temporary memory
+    for start in range(0, X.shape[0], step):
+        q = X64[start : start + step, None, :]
+        nb = Y[indices[start : start + step]].astype(np.float64, copy=False)
+        if metric == "cosine":
+            qn = np.linalg.norm(q, axis=2)
+            nn = np.linalg.norm(nb, axis=2)
+            dot = np.einsum("qkd,qkd->qk", np.broadcast_to(q, nb.shape), nb)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sim = dot / (qn * nn)
+            sim[(qn * nn) == 0] = 0.0
+            out[start : start + step] = 1.0 - sim
+            continue
+        diff = np.abs(nb - q)
+        if metric in ("manhattan", "cityblock", "l1"):
+            out[start : start + step] = diff.sum(axis=2)
+        elif metric == "chebyshev":
+            out[start : start + step] = diff.max(axis=2)
+        else:
+            sq = np.einsum("qkd,qkd->qk", diff, diff)
+            out[start : start + step] = sq if metric == "sqeuclidean" else np.sqrt(sq)
+    return out
+
+
+class _GpumlKNeighborsMixin:
+    """kneighbors on gpuml for the supported metrics; everything else is scikit-learn's."""
+
+    def _gpuml_unsupported(self):
+        """Why this fitted estimator's searches cannot run on gpuml (None when they can)."""
+        if self.metric == "precomputed":
+            return "metric='precomputed'"
+        if _gpuml_metric(self.metric, self.p, self.metric_params) is None:
+            return f"metric={self.metric!r} with p={self.p!r} and metric_params={self.metric_params!r}"
+        if getattr(self, "_fit_X", None) is None:
+            return "no stored training data"
+        return None
+
+    def _gpuml_database(self, dtype):
+        """(database on gpuml, its float array), built on first use from _fit_X and kept beside the estimator, not
+        in it: predict leaves __dict__ unchanged, pickles carry only scikit-learn's attributes, and a refit, an
+        unpickled copy or another dtype or device gets a new one. (None, None) when _fit_X is sparse and too large."""
+        key = (self._fit_X, np.dtype(dtype).name, self.device)
+        with _databases_lock:
+            entry = _databases.get(self)
+            if entry is not None and entry[0][0] is key[0] and entry[0][1:] == key[1:]:
+                return entry[1], entry[2]
+        fit_X = self._fit_X
+        if sp.issparse(fit_X):
+            fit_X = densify(fit_X, dtype)
+            if fit_X is None:
+                return None, None
+        fit_X = np.ascontiguousarray(fit_X, dtype=dtype)
+        metric = _gpuml_metric(self.metric, self.p, self.metric_params)
+        db = getattr(_gpuml, f"Neighbors_{np.dtype(dtype).name}")(fit_X, metric, device_choice(self.device))
+        raise_warnings(db.fit_warnings())
+        with _databases_lock:
+            _databases[self] = (key, db, fit_X)
+        return db, fit_X
+
+    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+        """Find the K-neighbors of a point (see sklearn.neighbors.NearestNeighbors.kneighbors)."""
+        check_is_fitted(self)
+        reason = self._gpuml_unsupported()
+        if reason is not None:
+            log_fallback_once(self, reason)
+            calls.count("sklearn")
+            return super().kneighbors(X, n_neighbors, return_distance)
+
+        if n_neighbors is None:
+            n_neighbors = self.n_neighbors
+        elif n_neighbors <= 0:
+            raise ValueError("Expected n_neighbors > 0. Got %d" % n_neighbors)
+        elif not isinstance(n_neighbors, numbers.Integral):
+            raise TypeError("n_neighbors does not take %s value, enter integer value" % type(n_neighbors))
+
+        query_is_train = X is None
+        if not query_is_train and sp.issparse(X) and self._fit_method != "brute":
+            calls.count("sklearn")  # scikit-learn refuses sparse queries to a tree, with its own message
+            return super().kneighbors(X, n_neighbors, return_distance)
+        if not query_is_train:
+            X = validate_data(self, X, accept_sparse="csr", reset=False, order="C")
+        n_samples_fit = self.n_samples_fit_
+        n_queries = n_samples_fit if query_is_train else X.shape[0]
+        if n_neighbors + int(query_is_train) > n_samples_fit:
+            inequality_str = "n_neighbors < n_samples_fit" if query_is_train else "n_neighbors <= n_samples_fit"
+            raise ValueError(
+                f"Expected {inequality_str}, but "
+                f"n_neighbors = {n_neighbors}, n_samples_fit = {n_samples_fit}, "
+                f"n_samples = {n_queries}"
+            )
+
+        dtype = float_dtype(self._fit_X) if query_is_train else float_dtype(self._fit_X, X)
+        queries = None
+        if not query_is_train:
+            queries = densify(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
+        db, fit_X = self._gpuml_database(dtype)
+        if db is None or (not query_is_train and queries is None):
+            log_fallback_once(self, "sparse input too large to densify")
+            calls.count("sklearn")
+            return super().kneighbors(None if query_is_train else X, n_neighbors, return_distance)
+
+        distances, indices, messages = db.kneighbors(queries, int(n_neighbors))
+        raise_warnings(messages)
+        calls.count("gpuml")
+        if not return_distance:
+            return indices
+        if dtype == np.float32:
+            metric = _gpuml_metric(self.metric, self.p, self.metric_params)
+            distances = _exact_distances(fit_X if query_is_train else queries, fit_X, indices, metric)
+            if metric == "cosine":  # scikit-learn computes cosine distances of float32 data in float32
+                distances = distances.astype(np.float32)
+        return distances, indices
+
+
+class NearestNeighbors(_GpumlKNeighborsMixin, _SklearnNearestNeighbors):
+    """Unsupervised nearest neighbours on a Vulkan device: scikit-learn's NearestNeighbors, plus `device`."""
+
+    _parameter_constraints = {**_SklearnNearestNeighbors._parameter_constraints, "device": DEVICE_CONSTRAINT}
+
+    def __init__(
+        self,
+        *,
+        n_neighbors=5,
+        radius=1.0,
+        algorithm="auto",
+        leaf_size=30,
+        metric="minkowski",
+        p=2,
+        metric_params=None,
+        n_jobs=None,
+        device="auto",
+    ):
+        super().__init__(
+            n_neighbors=n_neighbors,
+            radius=radius,
+            algorithm=algorithm,
+            leaf_size=leaf_size,
+            metric=metric,
+            p=p,
+            metric_params=metric_params,
+            n_jobs=n_jobs,
+        )
+        self.device = device
+
+    def fit(self, X, y=None):
+        return super(_GpumlKNeighborsMixin, self).fit(X, y)
+
+
+class KNeighborsClassifier(_GpumlKNeighborsMixin, _SklearnKNeighborsClassifier):
+    """k-nearest-neighbour vote on a Vulkan device: scikit-learn's KNeighborsClassifier, plus `device`."""
+
+    _parameter_constraints = {**_SklearnKNeighborsClassifier._parameter_constraints, "device": DEVICE_CONSTRAINT}
+
+    def __init__(
+        self,
+        n_neighbors=5,
+        *,
+        weights="uniform",
+        algorithm="auto",
+        leaf_size=30,
+        p=2,
+        metric="minkowski",
+        metric_params=None,
+        n_jobs=None,
+        device="auto",
+    ):
+        super().__init__(
+            n_neighbors=n_neighbors,
+            weights=weights,
+            algorithm=algorithm,
+            leaf_size=leaf_size,
+            p=p,
+            metric=metric,
+            metric_params=metric_params,
+            n_jobs=n_jobs,
+        )
+        self.device = device
+
+    def fit(self, X, y):
+        return super(_GpumlKNeighborsMixin, self).fit(X, y)
+
+    def _uniform_proba(self, X):
+        """Class probabilities of uniform votes from gpuml's neighbours, or None to leave them to scikit-learn."""
+        if self.weights != "uniform" or self.outputs_2d_ or self._gpuml_unsupported() is not None:
+            return None
+        neigh_ind = self.kneighbors(X, return_distance=False)
+        votes = self._y[neigh_ind]
+        proba = np.zeros((neigh_ind.shape[0], len(self.classes_)), dtype=np.float64)
+        np.add.at(proba, (np.arange(neigh_ind.shape[0])[:, None], votes), 1.0)
+        proba /= neigh_ind.shape[1]
+        return proba
+
+    def predict_proba(self, X):
+        """Return probability estimates for the test data X (see sklearn's KNeighborsClassifier.predict_proba)."""
+        check_is_fitted(self, "_fit_method")
+        proba = self._uniform_proba(X)
+        return proba if proba is not None else super().predict_proba(X)
+
+    def predict(self, X):
+        """Predict the class labels for the provided data (see sklearn's KNeighborsClassifier.predict)."""
+        check_is_fitted(self, "_fit_method")
+        proba = self._uniform_proba(X)
+        if proba is None:
+            return super().predict(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+class KNeighborsRegressor(_GpumlKNeighborsMixin, _SklearnKNeighborsRegressor):
+    """k-nearest-neighbour regression on a Vulkan device: scikit-learn's KNeighborsRegressor, plus `device`."""
+
+    _parameter_constraints = {**_SklearnKNeighborsRegressor._parameter_constraints, "device": DEVICE_CONSTRAINT}
+
+    def __init__(
+        self,
+        n_neighbors=5,
+        *,
+        weights="uniform",
+        algorithm="auto",
+        leaf_size=30,
+        p=2,
+        metric="minkowski",
+        metric_params=None,
+        n_jobs=None,
+        device="auto",
+    ):
+        super().__init__(
+            n_neighbors=n_neighbors,
+            weights=weights,
+            algorithm=algorithm,
+            leaf_size=leaf_size,
+            p=p,
+            metric=metric,
+            metric_params=metric_params,
+            n_jobs=n_jobs,
+        )
+        self.device = device
+
+    def fit(self, X, y):
+        return super(_GpumlKNeighborsMixin, self).fit(X, y)
