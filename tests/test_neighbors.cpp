@@ -599,3 +599,61 @@ TYPED_TEST(Neighbors, HostEngineRejectsBadShapes) {
 }
 
 }  // namespace
+
+// radius_neighbors against a float64 reference: every row within the radius and no other, except rows whose
+// reference distance lies within float rounding of the radius, which may go either way; distances match the
+// reference; index order, or (distance, index) order when sorted; X=None leaves each sample out of its own list.
+TYPED_TEST(Neighbors, RadiusNeighborsMatchTheReference) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(613, 11, 41);
+  const Matrix<T> q = random_matrix<T>(53, 11, 42);
+  const double slack = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  for (const auto& b : backends()) {
+    for (const std::string name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine"}) {
+      const Metric m = gpuml::parse_metric(name);
+      // A radius that catches a few dozen rows per query: the 5%-quantile of the reference distances.
+      std::vector<double> all;
+      for (Eigen::Index j = 0; j < db.rows(); ++j) all.push_back(reference_value<T>(q, 0, db, j, m));
+      std::nth_element(all.begin(), all.begin() + all.size() / 20, all.end());
+      const double radius = all[all.size() / 20];
+      NeighborsParams p{5, name};
+      p.radius = radius;
+      gpuml::NearestNeighbors<T> nn(p, b.backend);
+      nn.fit(db);
+      for (const bool self : {false, true}) {
+        for (const bool sorted : {false, true}) {
+          const auto r = self ? nn.radius_neighbors_self(-1, sorted) : nn.radius_neighbors(q, -1, sorted);
+          const Matrix<T>& Q = self ? db : q;
+          ASSERT_EQ(r.offsets.size(), std::size_t(Q.rows()) + 1);
+          for (Eigen::Index i = 0; i < Q.rows(); ++i) {
+            std::set<std::int64_t> got;
+            for (auto c = r.offsets[i]; c < r.offsets[i + 1]; ++c) {
+              const auto j = r.indices[std::size_t(c)];
+              const double ref = reference_value<T>(Q, i, db, j, m);
+              EXPECT_NEAR(double(r.distances[std::size_t(c)]), ref, slack * (1 + ref)) << name << " " << i << " " << j;
+              EXPECT_LE(ref, radius * (1 + slack) + slack) << name;
+              if (c > r.offsets[i]) {
+                const auto prev = std::size_t(c - 1);
+                if (sorted)
+                  EXPECT_TRUE(std::make_pair(r.distances[prev], r.indices[prev]) <
+                              std::make_pair(r.distances[std::size_t(c)], j));
+                else
+                  EXPECT_LT(r.indices[prev], j);
+              }
+              got.insert(j);
+            }
+            for (Eigen::Index j = 0; j < db.rows(); ++j) {
+              const double ref = reference_value<T>(Q, i, db, j, m);
+              if (self && j == i) {
+                EXPECT_FALSE(got.count(j)) << name << ": sample " << i << " is its own radius neighbour";
+              } else if (ref < radius * (1 - slack) - slack) {
+                EXPECT_TRUE(got.count(j)) << name << " query " << i << " misses " << j;
+              }
+            }
+            if (this->HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}

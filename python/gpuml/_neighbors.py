@@ -2,7 +2,8 @@
 neighbour searches run on gpuml's kernels.
 
 fit is scikit-learn's (validation, targets, classes, its tree when algorithm asks for one, which radius searches
-use); kneighbors, and through it predict and kneighbors_graph, search with gpuml for the metrics gpuml has
+use); kneighbors, and through it predict and kneighbors_graph, and radius_neighbors (radius_neighbors_graph, the radius
+estimators' predict) search with gpuml for the metrics gpuml has
 (euclidean, sqeuclidean, manhattan, chebyshev, cosine; minkowski with p = 1, 2 or inf). gpuml keeps the database on
 the device after the first search and rebuilds that copy from _fit_X when it is missing (after unpickling, say).
 Distances of float32 data are returned as scikit-learn returns them: float64 (float32 for cosine), recomputed
@@ -44,31 +45,49 @@ def _gpuml_metric(metric, p, metric_params):
     return metric
 
 
+def _row_distances(a, b, metric):
+    """Distances between matching rows of two float64 arrays of the same shape (..., d), from differences."""
+    if metric == "cosine":
+        norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            similarity = np.einsum("...d,...d->...", a, b) / norms
+        similarity[norms == 0] = 0.0  # scikit-learn: a zero vector is at distance 1 from everything
+        return 1.0 - similarity
+    diff = np.abs(a - b)
+    if metric in ("manhattan", "cityblock", "l1"):
+        return diff.sum(axis=-1)
+    if metric == "chebyshev":
+        return diff.max(axis=-1)
+    sq = np.einsum("...d,...d->...", diff, diff)
+    return sq if metric == "sqeuclidean" else np.sqrt(sq)
+
+
 def _exact_distances(X, Y, indices, metric):
-    """Distances from each row of X to its neighbours Y[indices] in float64, computed from differences."""
-    X64 = X.astype(np.float64, copy=False)
+    """Distances from each row of X to its neighbours Y[indices] in float64, in bounded chunks."""
     out = np.empty(indices.shape, dtype=np.float64)
-    step = max(1, (1 << 24) // max(1, indices.shape[1] * X.shape[1]))  # bounded temporary memory
-    for start in range(0, X.shape[0], step):
-        q = X64[start : start + step, None, :]
-        nb = Y[indices[start : start + step]].astype(np.float64, copy=False)
-        if metric == "cosine":
-            qn = np.linalg.norm(q, axis=2)
-            nn = np.linalg.norm(nb, axis=2)
-            dot = np.einsum("qkd,qkd->qk", np.broadcast_to(q, nb.shape), nb)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                sim = dot / (qn * nn)
-            sim[(qn * nn) == 0] = 0.0
-            out[start : start + step] = 1.0 - sim
-            continue
-        diff = np.abs(nb - q)
-        if metric in ("manhattan", "cityblock", "l1"):
-            out[start : start + step] = diff.sum(axis=2)
-        elif metric == "chebyshev":
-            out[start : start + step] = diff.max(axis=2)
-        else:
-            sq = np.einsum("qkd,qkd->qk", diff, diff)
-            out[start : start + step] = sq if metric == "sqeuclidean" else np.sqrt(sq)
+    step = max(1, (1 << 22) // max(1, indices.shape[1] * X.shape[1]))
+    for s in range(0, X.shape[0], step):
+        neighbours = Y[indices[s : s + step]].astype(np.float64, copy=False)
+        q = X[s : s + step, None, :].astype(np.float64, copy=False)
+        out[s : s + step] = _row_distances(np.broadcast_to(q, neighbours.shape), neighbours, metric)
+    return out
+
+
+def _pair_distances(X, Y, rows, cols, metric):
+    """Distances between X[rows[i]] and Y[cols[i]] in float64, in bounded chunks."""
+    out = np.empty(len(rows), dtype=np.float64)
+    step = max(1, (1 << 22) // max(1, X.shape[1]))
+    for s in range(0, len(rows), step):
+        a = X[rows[s : s + step]].astype(np.float64, copy=False)
+        out[s : s + step] = _row_distances(a, Y[cols[s : s + step]].astype(np.float64, copy=False), metric)
+    return out
+
+
+def _ragged(values, offsets):
+    """scikit-learn's radius_neighbors format: an object array of one array per query."""
+    out = np.empty(len(offsets) - 1, dtype=object)
+    for i in range(len(out)):
+        out[i] = values[offsets[i] : offsets[i + 1]]
     return out
 
 
@@ -160,6 +179,59 @@ class _GpumlKNeighborsMixin:
             if metric == "cosine":  # scikit-learn computes cosine distances of float32 data in float32
                 distances = distances.astype(np.float32)
         return distances, indices
+
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """Find the neighbors within a given radius (see sklearn.neighbors.NearestNeighbors.radius_neighbors)."""
+        check_is_fitted(self)
+        reason = self._gpuml_unsupported()
+        if reason is None and radius is not None and np.ndim(radius) > 0:
+            reason = "a radius per query"
+        if reason is None and X is not None and sp.issparse(X) and self._fit_method != "brute":
+            reason = "sparse queries to a tree"  # scikit-learn refuses them, with its own message
+        if reason is not None:
+            log_fallback_once(self, reason)
+            calls.count("sklearn")
+            return super().radius_neighbors(X, radius, return_distance, sort_results)
+        if sort_results and not return_distance:
+            raise ValueError("return_distance must be True if sort_results is True.")
+        query_is_train = X is None
+        if not query_is_train:
+            X = validate_data(self, X, accept_sparse="csr", reset=False, order="C")
+        if radius is None:
+            radius = self.radius
+        radius = float(radius)
+
+        dtype = float_dtype(self._fit_X) if query_is_train else float_dtype(self._fit_X, X)
+        queries = None
+        if not query_is_train:
+            queries = densify(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
+        db, fit_X = self._gpuml_database(dtype)
+        if db is None or (not query_is_train and queries is None):
+            log_fallback_once(self, "sparse input too large to densify")
+            calls.count("sklearn")
+            return super().radius_neighbors(None if query_is_train else X, radius, return_distance, sort_results)
+        metric = _gpuml_metric(self.metric, self.p, self.metric_params)
+        wide = dtype == np.float32 and metric != "cosine"
+        # float32 data: select with float32 rounding room, then decide in float64 as scikit-learn does.
+        search_radius = radius * (1 + 1e-4) + 1e-30 if wide else radius
+        offsets, indices, distances, messages = db.radius_neighbors(queries, search_radius, bool(sort_results))
+        raise_warnings(messages)
+        calls.count("gpuml")
+        if dtype == np.float32:
+            rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            distances = _pair_distances(fit_X if query_is_train else queries, fit_X, rows, indices, metric)
+            if metric == "cosine":
+                distances = distances.astype(np.float32)
+            if wide:
+                keep = distances <= radius
+                rows, indices, distances = rows[keep], indices[keep], distances[keep]
+                offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(offsets) - 1))])
+            if sort_results:
+                order = np.lexsort((indices, distances, rows))
+                indices, distances = indices[order], distances[order]
+        ind = _ragged(indices, offsets)
+        return (_ragged(distances, offsets), ind) if return_distance else ind
 
 
 class NearestNeighbors(_GpumlKNeighborsMixin, _SklearnNearestNeighbors):

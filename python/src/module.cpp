@@ -131,6 +131,21 @@ class Neighbors {
     return nb::make_tuple(to_numpy(std::move(r.distances)), to_numpy(std::move(r.indices)), warnings);
   }
 
+  /// (offsets, indices, distances, warnings): the database rows within `radius` of each query, as compressed rows;
+  /// queries = None searches the database itself, each row left out of its own list.
+  nb::tuple radius_neighbors(std::optional<In2<T>> queries, double radius, bool sort) const {
+    std::vector<std::string> warnings;
+    auto r = released(warnings, [&] {
+      return queries ? nn_->radius_neighbors(view(*queries), radius, sort) : nn_->radius_neighbors_self(radius, sort);
+    });
+    using I64 = Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1>;
+    using Values = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+    return nb::make_tuple(to_numpy(I64(Eigen::Map<const I64>(r.offsets.data(), Eigen::Index(r.offsets.size())))),
+                          to_numpy(I64(Eigen::Map<const I64>(r.indices.data(), Eigen::Index(r.indices.size())))),
+                          to_numpy(Values(Eigen::Map<const Values>(r.distances.data(), Eigen::Index(r.distances.size())))),
+                          warnings);
+  }
+
   std::vector<std::string> fit_warnings() const { return warnings_; }
   std::string device() const { return backend_name(nn_->backend()); }
 
@@ -148,6 +163,8 @@ void bind_scalar(nb::module_& m, const char* suffix) {
       .def(nb::init<In2<T>, const std::string&, const std::string&>(), nb::arg("X"), nb::arg("metric"),
            nb::arg("device"))
       .def("kneighbors", &Neighbors<T>::kneighbors, nb::arg("queries").none(), nb::arg("k"))
+      .def("radius_neighbors", &Neighbors<T>::radius_neighbors, nb::arg("queries").none(), nb::arg("radius"),
+           nb::arg("sort"))
       .def("fit_warnings", &Neighbors<T>::fit_warnings)
       .def_prop_ro("device", &Neighbors<T>::device);
 }

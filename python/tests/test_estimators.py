@@ -132,17 +132,43 @@ def test_kneighbors_matches_sklearn(rng, device, dtype, metric):
     np.testing.assert_allclose(g.data, g_ref.data, rtol=1e-6, atol=1e-6)
 
 
-def test_radius_neighbors_and_unsupported_metrics_are_sklearns(rng, device):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("metric", _METRICS, ids=lambda m: "-".join(str(v) for v in m.values()))
+def test_radius_neighbors_match_sklearn(rng, device, dtype, metric):
+    X = rng.normal(size=(733, 6)).astype(dtype)
+    Q = rng.normal(size=(41, 6)).astype(dtype)
+    ref = sklearn.neighbors._unsupervised.NearestNeighbors(algorithm="brute", **metric).fit(X)
+    radius = float(np.quantile(ref.kneighbors(Q[:1], 733)[0], 0.05))  # a few dozen neighbours per query
+    ours = gpuml.NearestNeighbors(radius=radius, device=device, **metric).fit(X)
+    ref.set_params(radius=radius)
+    for queries in (Q, None):
+        before = gpuml.calls.gpuml
+        d, i = ours.radius_neighbors(queries, sort_results=True)
+        assert gpuml.calls.gpuml == before + 1
+        d_ref, i_ref = ref.radius_neighbors(queries, sort_results=True)
+        assert len(i) == len(i_ref)
+        for a, b, da, db in zip(i, i_ref, d, d_ref):
+            # The same neighbours; ours sorted by (distance, index), scikit-learn's order among (near-)ties is its own.
+            np.testing.assert_array_equal(np.sort(a), np.sort(b))
+            assert np.all(np.diff(da) >= 0) and np.all((np.diff(da) > 0) | (np.diff(a) > 0))
+            db = db[np.argsort(b)][np.argsort(np.argsort(a))]  # scikit-learn's distances in our order
+            assert da.dtype == db.dtype
+            # scikit-learn computes cosine distances of float32 data in float32.
+            rtol = 2e-5 if (dtype == np.float32 and metric["metric"] == "cosine") else 1e-6
+            np.testing.assert_allclose(da, db, rtol=rtol, atol=1e-7)
+        unsorted = ours.radius_neighbors(queries, return_distance=False)
+        for a, b in zip(unsorted, i_ref):
+            np.testing.assert_array_equal(a, np.sort(b))  # index order without sort_results
+    g, g_ref = ours.radius_neighbors_graph(Q, mode="distance"), ref.radius_neighbors_graph(Q, mode="distance")
+    assert (abs(g - g_ref) > 1e-6).nnz == 0
+
+
+def test_unsupported_metrics_are_sklearns(rng, device):
     X = rng.normal(size=(211, 5))
-    ours = gpuml.NearestNeighbors(radius=1.3, device=device).fit(X)
-    ref = sklearn.neighbors._unsupervised.NearestNeighbors(radius=1.3).fit(X)
-    d, i = ours.radius_neighbors(X[:9], sort_results=True)
-    d_ref, i_ref = ref.radius_neighbors(X[:9], sort_results=True)
-    for a, b in zip(i, i_ref):
-        np.testing.assert_array_equal(a, b)
+    ref = sklearn.neighbors._unsupervised.NearestNeighbors(metric="minkowski", p=3).fit(X)
     before = gpuml.calls.sklearn
     odd = gpuml.NearestNeighbors(metric="minkowski", p=3, device=device).fit(X)
-    np.testing.assert_array_equal(odd.kneighbors(X[:9])[1], ref.set_params(p=3).fit(X).kneighbors(X[:9])[1])
+    np.testing.assert_array_equal(odd.kneighbors(X[:9])[1], ref.kneighbors(X[:9])[1])
     assert gpuml.calls.sklearn == before + 1
 
 
@@ -195,15 +221,14 @@ def test_pickled_models_predict_the_same_in_a_new_process(rng, device, tmp_path)
     np.testing.assert_array_equal(np.load(tmp_path / "indices.npy"), expected[1])
 
 
-def test_ctrl_c_stops_a_long_fit(device, tmp_path):
-    """SIGINT during a fit that would run for minutes raises KeyboardInterrupt in the fitting thread and leaves the
-    estimator unfitted; the time from the signal to the exception is printed (timings are not asserted here)."""
+def test_ctrl_c_stops_a_long_fit(device):
+    """SIGINT during a fit (sent once its third iteration has printed) raises KeyboardInterrupt in the fitting thread
+    and leaves the estimator unfitted; the time from the signal to the exception is printed, not asserted."""
     code = textwrap.dedent(
         f"""
-        import sys, time, numpy as np, gpuml
-        X = np.random.default_rng(0).normal(size=(60000, 24)).astype(np.float32)
-        km = gpuml.KMeans(n_clusters=200, init=X[:200], max_iter=100000, tol=0, device={device!r})
-        print("fitting", flush=True)
+        import time, numpy as np, gpuml
+        X = np.random.default_rng(0).uniform(size=(200000, 32)).astype(np.float32)
+        km = gpuml.KMeans(n_clusters=256, init=X[:256], max_iter=100000, tol=0, verbose=1, device={device!r})
         try:
             km.fit(X)
         except KeyboardInterrupt:
@@ -215,17 +240,18 @@ def test_ctrl_c_stops_a_long_fit(device, tmp_path):
 
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout.readline().strip() == "fitting"
-        time.sleep(1.0)
+        for line in child.stdout:
+            if line.startswith("Iteration 2,"):
+                break
         sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         out, _ = child.communicate(timeout=120)
     finally:
         child.kill()
-    words = out.split()
-    assert words[0] == "interrupted", out
-    assert words[2] == "False"  # nothing half-fitted
-    print(f"Ctrl-C to KeyboardInterrupt: {float(words[1]) - sent:.3f} s")
+    last = out.strip().splitlines()[-1].split()
+    assert last[0] == "interrupted", out[-500:]
+    assert last[2] == "False"  # nothing half-fitted
+    print(f"Ctrl-C to KeyboardInterrupt: {float(last[1]) - sent:.3f} s")
 
 
 def test_two_threads_share_one_fitted_estimator(rng, device):

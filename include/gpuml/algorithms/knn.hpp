@@ -24,6 +24,15 @@ struct KnnResult {
   IndexMatrix indices;  ///< n_queries x k, rows of the database
 };
 
+/// The result of a radius search: ragged neighbour lists as compressed rows. The neighbours of query i are entries
+/// offsets[i] to offsets[i + 1] of indices and distances (scikit-learn returns them as arrays of arrays).
+template <class T>
+struct RadiusResult {
+  std::vector<std::int64_t> offsets;  ///< n_queries + 1 entries, offsets[0] = 0
+  std::vector<std::int64_t> indices;
+  std::vector<T> distances;
+};
+
 using Index = std::int64_t;
 
 /// Dot product in a fixed summation order (independent of alignment), accumulated in T.

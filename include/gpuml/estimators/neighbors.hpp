@@ -10,6 +10,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/host/knn.hpp>
+#include <gpuml/host/radius.hpp>
 #include <gpuml/kernels/knn.hpp>
 #include <gpuml/select.hpp>
 
@@ -25,11 +26,14 @@ namespace gpuml {
 
 template <class T>
 using KnnResult = algorithms::KnnResult<T>;
+template <class T>
+using RadiusResult = algorithms::RadiusResult<T>;
 
 struct NeighborsParams {
   int n_neighbors = 5;
   std::string metric = "euclidean";  ///< see parse_metric
   std::string weights = "uniform";   ///< or "distance"; used by the classifier and the regressor only
+  double radius = 1.0;               ///< radius_neighbors' default radius
 };
 
 namespace detail {
@@ -197,6 +201,23 @@ class NearestNeighbors {
     return out;
   }
 
+  /// radius_neighbors(X, radius, sort_results): every training sample within distance `radius` (a negative radius
+  /// means params().radius) of each row of X, in index order or sorted by (distance, index). Runs on the host
+  /// engine on every backend (a brute-force scan; float32 data whose distances could overflow is scanned in
+  /// float64, as k-NN does).
+  RadiusResult<T> radius_neighbors(MatrixView<T> X, double radius = -1, bool sort_results = false) const {
+    require_fitted();
+    checks::data(X, "X");
+    checks::same_features(X_.cols(), X.cols(), "X");
+    return radius_search(X, radius, sort_results, false);
+  }
+
+  /// radius_neighbors(X=None, ...): the neighbours of every training sample, the sample itself excluded.
+  RadiusResult<T> radius_neighbors_self(double radius = -1, bool sort_results = false) const {
+    require_fitted();
+    return radius_search(X_, radius, sort_results, true);
+  }
+
   /// return_distance=False variants.
   IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
   IndexMatrix kneighbors_indices(MatrixView<T> X, int n_neighbors = 0) const {
@@ -222,6 +243,21 @@ class NearestNeighbors {
  private:
   void require_fitted() const {
     if (!fitted_) throw not_fitted("This NearestNeighbors instance is not fitted yet; call fit() first");
+  }
+
+  RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self) const {
+    const double r = radius < 0 ? params_.radius : radius;
+    if constexpr (std::is_same_v<T, float>) {
+      if (detail::values_may_overflow<T>(std::max(max_abs_, detail::max_abs<T>(queries)), X_.cols(), metric_)) {
+        const Matrix<double> database = X_.template cast<double>(), q = queries.template cast<double>();
+        auto wide = host::radius_search<double>(database, q, r, metric_, sort, exclude_self);
+        RadiusResult<T> out{std::move(wide.offsets), std::move(wide.indices), {}};
+        out.distances.reserve(wide.distances.size());
+        for (double v : wide.distances) out.distances.push_back(static_cast<T>(v));
+        return out;
+      }
+    }
+    return host::radius_search<T>(X_, queries, r, metric_, sort, exclude_self);
   }
 
   NeighborsParams params_;
