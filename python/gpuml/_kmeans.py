@@ -102,7 +102,8 @@ class KMeans(_SklearnKMeans):
             if init_is_array_like:
                 init -= X_mean
 
-        x_squared_norms = row_norms(X, squared=True)
+        # Only k-means++ reads the squared norms; the other inits skip a pass over X.
+        x_squared_norms = row_norms(X, squared=True) if isinstance(init, str) and init == "k-means++" else None
         lloyd = _kernel("lloyd", X.dtype)
         best_inertia, best_labels = None, None
         said = []
@@ -134,7 +135,7 @@ class KMeans(_SklearnKMeans):
                 X += X_mean
             best_centers += X_mean
 
-        distinct_clusters = len(set(best_labels))
+        distinct_clusters = np.count_nonzero(np.bincount(best_labels, minlength=self.n_clusters))
         if distinct_clusters < self.n_clusters:
             warnings.warn(
                 "Number of distinct clusters ({}) found smaller than "
