@@ -31,7 +31,7 @@ using gpuml_program::seconds_since;
 struct Options {
   std::string database, queries, metric = "euclidean", device, indices_out, distances_out;
   int k = 5;
-  bool json = false, float32 = false, float64 = false, warmup = false;
+  bool json = false, float32 = false, float64 = false, warmup = false, progress = false, no_progress = false;
   gpuml_program::CsvFlags csv;
   int repeat = 1;
   std::int64_t n_database = 100'000, n_queries = 1'000;
@@ -98,6 +98,12 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
   gpuml::NeighborsParams p;
   p.n_neighbors = o.k;
   p.metric = o.metric;
+  // The progress bar: query rows times database blocks searched, on stderr (a terminal, or --progress).
+  gpuml_program::ProgressBar bar(gpuml_program::ProgressBar::wanted(o.progress, o.no_progress), o.progress ? 0.0 : 1.0);
+  p.on_progress = [&bar](const gpuml::WorkProgress& w) {
+    bar.update(static_cast<std::int64_t>(w.done), static_cast<std::int64_t>(w.total), "of the search");
+    return true;
+  };
   gpuml::NearestNeighbors<T> nn(p, backend);
   t0 = Clock::now();
   nn.fit(db);
@@ -123,6 +129,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     list_overflows += gpuml::kernels::knn_last_search().list_overflows;
     if (!result) result = std::move(res);
   }
+  bar.finish();
   const double best = *std::min_element(times.begin(), times.end());
   const double qps = best > 0 ? double(n_q) / best : 0.0;
   // Distance work of brute force: 2 * n_db * n_queries * d flops (the inner products).
@@ -201,6 +208,8 @@ int main(int argc, char** argv) {
   o.csv.add_to(app);
   app.add_flag("--json", o.json, "print one JSON object with the results and timings");
   app.add_option("--repeat", o.repeat, "search N times and report the best time (default 1)")->check(gpuml_program::at_least(1));
+  app.add_flag("--progress", o.progress, "draw a progress bar on stderr (default: when stderr is a terminal)");
+  app.add_flag("--no-progress", o.no_progress, "never draw the progress bar");
   app.add_flag("--warmup", o.warmup, "run an untimed search of a few queries first (builds GPU pipelines)");
   auto* f32 = app.add_flag("--float32", o.float32, "compute in float32 (default: the .npy dtype; float64 for CSV)");
   app.add_flag("--float64", o.float64, "compute in float64 (the embedded data are float32 otherwise)")->excludes(f32);

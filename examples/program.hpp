@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -203,17 +204,18 @@ class ProgressBar {
   ~ProgressBar() { finish(); }
 
   /// `done` of `total` steps, and a short status text.
-  void update(int done, int total, const std::string& status) {
+  void update(std::int64_t done, std::int64_t total, const std::string& status) {
     if (!enabled_) return;
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     if (elapsed < delay_ || (drawn_ && elapsed - last_ < 0.1 && done < total)) return;
     last_ = elapsed;
     drawn_ = true;
-    const int width = 30, filled = total > 0 ? std::min(width, done * width / total) : 0;
-    const double remaining = done > 0 ? elapsed * (total - done) / done : 0.0;
-    std::fprintf(stderr, "\r[%s%s] %d/%d %s  %s elapsed, %s left (at most)  ", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), done, total, status.c_str(), clock_text(elapsed).c_str(),
-                 clock_text(remaining).c_str());
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(std::min<std::int64_t>(width, done * width / total)) : 0;
+    const double remaining = done > 0 ? elapsed * double(total - done) / double(done) : 0.0;
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld %s  %s elapsed, %s left (at most)  ", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                 status.c_str(), clock_text(elapsed).c_str(), clock_text(remaining).c_str());
     std::fflush(stderr);
   }
 

@@ -657,3 +657,39 @@ TYPED_TEST(Neighbors, RadiusNeighborsMatchTheReference) {
     }
   }
 }
+
+// Progress of a search: reported in order up to its total, the same neighbours as without it, and a callback that
+// returns false stops the search with gpuml::cancelled.
+TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(3001, 9, 51);
+  const Matrix<T> q = random_matrix<T>(2311, 9, 52);
+  for (const auto& b : backends()) {
+    for (const std::string name : {"euclidean", "inner_product"}) {
+      NeighborsParams p{7, name};
+      gpuml::NearestNeighbors<T> plain(p, b.backend);
+      plain.fit(db);
+      const auto expected = plain.kneighbors(q);
+      std::vector<gpuml::WorkProgress> seen;
+      p.on_progress = [&](const gpuml::WorkProgress& w) {
+        seen.push_back(w);
+        return true;
+      };
+      gpuml::NearestNeighbors<T> watched(p, b.backend);
+      watched.fit(db);
+      const auto got = watched.kneighbors(q);
+      EXPECT_TRUE(got.indices == expected.indices) << b.name << " " << name;
+      EXPECT_TRUE(got.distances == expected.distances) << b.name << " " << name;
+      ASSERT_FALSE(seen.empty()) << b.name;
+      for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i].done, seen[i - 1].done);
+      EXPECT_EQ(seen.back().done, seen.back().total);
+      EXPECT_GE(seen.back().total, std::uint64_t(q.rows()));
+
+      int calls = 0;
+      p.on_progress = [&](const gpuml::WorkProgress&) { return ++calls < 2; };
+      gpuml::NearestNeighbors<T> stopped(p, b.backend);
+      stopped.fit(db);
+      if (seen.size() > 1) EXPECT_THROW(stopped.kneighbors(q), gpuml::cancelled) << b.name;
+    }
+  }
+}

@@ -1,7 +1,8 @@
 // gpuml._gpuml: the compute behind the Python estimators. Arrays come in as C-contiguous float32/float64 numpy
 // arrays without copies and go out as numpy arrays that own their memory. Every call releases the GIL; verbose
 // lines go to Python's sys.stdout as they happen; warnings are returned to the caller, which raises them as
-// Python warnings of the right category; Ctrl-C stops a fit at the end of the current Lloyd iteration.
+// Python warnings of the right category; Ctrl-C stops a fit at the end of the current Lloyd iteration and a k-NN
+// search at the end of the current part.
 #include <gpuml/gpuml.hpp>
 
 #include <nanobind/nanobind.h>
@@ -68,11 +69,14 @@ auto released(std::vector<std::string>& warnings, Work&& work) {
   }
 }
 
-/// Stops a fit when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration, with the GIL.
-bool no_pending_signal(const gpuml::LloydIteration&) {
+/// Stops a fit or a search when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration or search
+/// part, with the GIL.
+bool no_pending_signal() {
   nb::gil_scoped_acquire gil;
   return PyErr_CheckSignals() == 0;
 }
+bool no_pending_signal_iteration(const gpuml::LloydIteration&) { return no_pending_signal(); }
+bool no_pending_signal_progress(const gpuml::WorkProgress&) { return no_pending_signal(); }
 
 gpuml::Backend backend_for(const std::string& device) {
   return device.empty() || device == "default" ? gpuml::default_backend() : gpuml::select_backend(device);
@@ -92,7 +96,7 @@ nb::tuple lloyd(In2<T> X, In1<T> sample_weight, In2<T> centers_init, int max_ite
     const gpuml::Matrix<T> init = view(centers_init);
     gpuml::checks::data(view(X), "X");
     return gpuml::detail::run_lloyd<T, gpuml::kmeans_default_policy>(backend, view(X), view(sample_weight), init,
-                                                                     max_iter, tol, verbose, no_pending_signal);
+                                                                     max_iter, tol, verbose, no_pending_signal_iteration);
   });
   return nb::make_tuple(to_numpy(std::move(r.labels)), r.inertia, to_numpy(std::move(r.centers)), r.n_iter, warnings);
 }
@@ -116,7 +120,9 @@ class Neighbors {
   Neighbors(In2<T> X, const std::string& metric, const std::string& device) {
     std::vector<std::string> warnings;
     released(warnings, [&] {
-      nn_ = std::make_unique<gpuml::NearestNeighbors<T>>(gpuml::NeighborsParams{1, metric}, backend_for(device));
+      gpuml::NeighborsParams params{1, metric};
+      params.on_progress = no_pending_signal_progress;
+      nn_ = std::make_unique<gpuml::NearestNeighbors<T>>(params, backend_for(device));
       nn_->fit(view(X));
       return 0;
     });

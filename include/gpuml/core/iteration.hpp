@@ -1,6 +1,8 @@
-// What an iterative fit reports after each iteration, and the callback that receives it (progress bars, cancellation).
+// What an iterative fit reports after each iteration, and what a long search reports between its parts, with the
+// callbacks that receive them (progress bars, cancellation).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 namespace gpuml {
@@ -15,5 +17,15 @@ struct LloydIteration {
 
 /// Returns whether the fit goes on; false stops it with gpuml::cancelled.
 using IterationCallback = std::function<bool(const LloydIteration&)>;
+
+/// How far a long search is: `done` of `total` units of work (query rows times database blocks for k-NN).
+struct WorkProgress {
+  std::uint64_t done = 0;
+  std::uint64_t total = 0;
+};
+
+/// Called on the calling thread between parts of a search (progress bars, cancellation); returns whether the
+/// search goes on; false stops it with gpuml::cancelled.
+using ProgressCallback = std::function<bool(const WorkProgress&)>;
 
 }  // namespace gpuml

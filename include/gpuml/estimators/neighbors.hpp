@@ -6,6 +6,7 @@
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/warnings.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
@@ -34,6 +35,9 @@ struct NeighborsParams {
   std::string metric = "euclidean";  ///< see parse_metric
   std::string weights = "uniform";   ///< or "distance"; used by the classifier and the regressor only
   double radius = 1.0;               ///< radius_neighbors' default radius
+  /// Called between parts of each k-NN search (progress bars, cancellation): return false to stop the search,
+  /// which then throws gpuml::cancelled.
+  ProgressCallback on_progress;
 };
 
 namespace detail {
@@ -68,23 +72,26 @@ double max_abs(MatrixView<T> X) {
 /// computes float32 distances in float64, and return float32 results.
 template <class T>
 KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
-                     const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1) {
+                     const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1,
+                     const ProgressCallback& on_progress = {}) {
   if constexpr (std::is_same_v<T, float>) {
     if (database_max_abs < 0) database_max_abs = max_abs<T>(database);
     if (values_may_overflow<T>(std::max(database_max_abs, max_abs<T>(queries)), database.cols(), metric)) {
       const Matrix<double> db = database.template cast<double>(), q = queries.template cast<double>();
-      const KnnResult<double> wide = host::knn_search<double>(db, q, k, metric);
+      const KnnResult<double> wide = host::knn_search<double>(db, q, k, metric, on_progress);
       return {wide.distances.template cast<float>(), wide.indices};
     }
   }
   if (backend.is_vulkan()) {
     try {
-      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident);
+      kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
+      options.on_progress = on_progress;
+      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
     } catch (const unsupported& e) {
       warn(std::string(e.what()) + "; running k-NN on the host backend");  // the documented fallback above
     }
   }
-  return host::knn_search<T>(database, queries, k, metric);
+  return host::knn_search<T>(database, queries, k, metric, on_progress);
 }
 
 inline void check_n_neighbors(int k, const char* name = "n_neighbors") {
@@ -168,7 +175,7 @@ class NearestNeighbors {
       throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
                           ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
                           std::to_string(X.rows()));
-    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get(), max_abs_);
+    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
   }
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
@@ -182,7 +189,7 @@ class NearestNeighbors {
     if (k >= n)
       throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
-    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get(), max_abs_);
+    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get(), max_abs_, params_.on_progress);
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
     for (Eigen::Index i = 0; i < n; ++i) {
       int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found

@@ -12,6 +12,7 @@
 
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
@@ -419,6 +420,30 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
       knn_detail::write_neighbours(result, i, cand, k, metric);
     }
   });
+  return result;
+}
+
+/// knn_search reporting progress between batches of queries (and stopping with gpuml::cancelled when the callback
+/// returns false). Batches are whole multiples of the query block, so every value is computed as in one call: the
+/// result is the same bit for bit.
+template <class T>
+KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
+                        const ProgressCallback& on_progress) {
+  using knn_detail::Index;
+  if (!on_progress) return knn_search<T>(database, queries, k, metric);
+  const Index m = queries.rows();
+  knn_detail::check_search(database.rows(), database.cols(), queries.cols(), k);
+  constexpr Index kQueryBlock = 256;  // knn_search's query block
+  const Index batch = std::max<Index>(4 * kQueryBlock, knn_detail::round_up((m + 49) / 50, kQueryBlock));
+  KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
+  for (Index q0 = 0; q0 < m; q0 += batch) {
+    const Index rows = std::min(batch, m - q0);
+    KnnResult<T> part = knn_search<T>(database, queries.middleRows(q0, rows), k, metric);
+    result.distances.middleRows(q0, rows) = part.distances;
+    result.indices.middleRows(q0, rows) = part.indices;
+    if (!on_progress(WorkProgress{std::uint64_t(q0 + rows), std::uint64_t(m)}))
+      throw cancelled("the k-NN search was cancelled");
+  }
   return result;
 }
 

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
@@ -265,7 +266,8 @@ struct KnnSearchOptions {
   std::uint64_t sample_fraction = Config::kDefaultKnnSample;  // the bounding pass samples 1/F of a block; 0: none
   bool candidate_lists = true;                                 // false: heaps always
   bool cooperative_matrices = true;                            // false: float32 list passes everywhere
-  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop()}; }
+  ProgressCallback on_progress;  // after each query batch of each database block: query rows x blocks done
+  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop(), {}}; }
 };
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
@@ -889,6 +891,9 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
           best_count[q] = static_cast<int>(keep);
         }
       });
+      if (options.on_progress &&
+          !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, n_blocks * std::uint64_t(m)}))
+        throw cancelled("the k-NN search was cancelled");
     }
   }
 
