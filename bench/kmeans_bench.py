@@ -50,7 +50,8 @@ def main() -> int:
                     help="gpuml devices to run, comma-separated: host, gpu, discrete, integrated, cpu (lavapipe), N, "
                          "a name, or none (default host,gpu; absent ones are skipped)")
     ap.add_argument("--peers", default="sklearn,sklearnex,torch",
-                    help="peers, comma-separated: sklearn, sklearnex, torch, flash-fp16, flash-tf32, flash-ieee (flash-kmeans), or none (default sklearn, sklearnex, torch; torch is skipped "
+                    help="peers, comma-separated: sklearn, sklearnex, torch, flash-fp16, flash-tf32, flash-ieee (flash-kmeans), "
+                         "gpuml-python (the Python package on the first of --backends), or none (default sklearn, sklearnex, torch; torch is skipped "
                          "without torch or CUDA)")
     ap.add_argument("--torch-device", default="cuda")
     add_run_arguments(ap, "gpuml-kmeans", "fits")
@@ -109,6 +110,16 @@ def main() -> int:
                 ms = r["seconds_per_iter"] * 1e3
                 name = f"scikit-learn {r['version']}"
                 seconds = r["seconds"]
+            elif peer == "gpuml-python":
+                if importlib.util.find_spec("gpuml") is None:
+                    notes.append("gpuml-python skipped: the gpuml Python package is not installed (pip install ./python)")
+                    continue
+                py_device = next((b for b in args.backends.split(",") if b.strip() not in ("", "none")), "auto")
+                r = peers.gpuml_python_kmeans(Xa, init, max_iter=args.max_iter, device=py_device.strip())
+                device = r["device"]
+                ms = r["seconds_per_iter"] * 1e3
+                name = f"gpuml {r['version']} from Python"
+                seconds = r["seconds"]
             elif peer == "sklearnex":
                 if importlib.util.find_spec("sklearnex") is None:
                     notes.append("sklearnex skipped: scikit-learn-intelex is not installed")
@@ -143,7 +154,7 @@ def main() -> int:
                 notes.append(f"{name}: {r['float64_mislabels']:,} labels are not the float64 argmin of their centres")
             else:
                 notes.append(f"unknown peer '{peer}' skipped (sklearn, sklearnex, torch, flash-fp16, flash-tf32, "
-                             "flash-ieee)")
+                             "flash-ieee, gpuml-python)")
                 continue
         except Exception as e:  # a peer that cannot run here (no CUDA, ...) is a note, not a failure
             notes.append(f"{peer} skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")

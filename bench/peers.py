@@ -182,6 +182,36 @@ def sklearn_kmeans(X: np.ndarray, init: np.ndarray, max_iter: int = 100, warmup:
                           caught=caught)
 
 
+def gpuml_python_kmeans(X: np.ndarray, init: np.ndarray, max_iter: int = 100, device: str = "gpu",
+                        warmup: bool = True, return_result: bool = False) -> dict:
+    """Times gpuml.KMeans (the Python package) exactly as sklearn_kmeans times scikit-learn: the same parameters,
+    a whole fit as a user sees it (validation, centring a copy, the device upload, the iterations, the final
+    labelling). Next to the C++ program's row this is the binding's overhead per fit."""
+    import gpuml
+
+    X, init = _as_kmeans_input(X, init)
+
+    def model(iters):
+        return gpuml.KMeans(n_clusters=init.shape[0], init=init, n_init=1, max_iter=iters, tol=0.0,
+                            algorithm="lloyd", random_state=0, copy_x=True, device=device)
+
+    if warmup:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model(1).fit(X[: max(init.shape[0], min(X.shape[0], 10_000))])
+    m = model(max_iter)
+    before = gpuml.calls.gpuml
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        m.fit(X)
+        seconds = time.perf_counter() - t0
+    out = _kmeans_result("gpuml (Python)", gpuml.__version__, m, X, seconds, max_iter, return_result,
+                         accelerated=gpuml.calls.gpuml > before, caught=caught)
+    out["device"] = gpuml.backend_name(device)
+    return out
+
+
 class _SklearnexLog(logging.Handler):
     """Collects sklearnex's verbose messages to tell whether a call ran on oneDAL or fell back to scikit-learn."""
 
