@@ -489,3 +489,40 @@ TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
     }
   }
 }
+
+// Rows sharded across several logical devices (the device under test opened two and three times): the same
+// labels, n_iter and (to float32 rounding of the partial sums) centres and inertia as on one device; a one-device
+// list is that device exactly. Awkward row counts, so the shards differ in size.
+TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFit) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const std::string index = std::to_string(dev.backend.device()->info().index);
+    const Matrix<T> X = blobs<T>(3001, 7, 9, 91);
+    KMeansParams p;
+    p.n_clusters = 9;
+    p.init_centers = (X.topRows(9).template cast<double>().array() + 0.25).matrix();
+    p.max_iter = 30;
+    KMeans<T> one(p, dev.backend);
+    one.fit(X);
+    for (const std::string list : {index + "," + index, index + "," + index + "," + index}) {
+      const gpuml::Backend sharded = gpuml::select_backend(list);
+      ASSERT_EQ(sharded.device_count(), std::size_t(std::count(list.begin(), list.end(), ',') + 1));
+      EXPECT_NE(sharded.device(0), sharded.device(1));  // distinct logical devices
+      KMeans<T> many(p, sharded);
+      many.fit(X);
+      EXPECT_TRUE(many.labels() == one.labels()) << list;
+      EXPECT_EQ(many.n_iter(), one.n_iter()) << list;
+      const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+      EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << list;
+      EXPECT_LE((many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff(),
+                tol * (1 + one.cluster_centers().cwiseAbs().maxCoeff()))
+          << list;
+    }
+  }
+}
+
+TEST(KMeansDevice, DeviceListsAreCheckedBeforeUse) {
+  EXPECT_THROW(gpuml::select_backend("host,0"), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::select_backend("0,,0"), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::select_backend("0,no-such-device-name"), gpuml::unsupported);
+}

@@ -4,6 +4,7 @@
 //   gpu | discrete | integrated | cpu   the first Vulkan device of that kind ("cpu": lavapipe and the like)
 //   host            Eigen on the CPU's cores
 //   N               Vulkan device number N;  any other text: the first device whose name contains it
+//   A,B,...         several of the above (KMeans shards its rows across them)
 #pragma once
 
 #include <gpuml/core/backend.hpp>
@@ -111,10 +112,32 @@ inline std::mutex& default_backend_mutex() {
 
 }  // namespace detail
 
-/// The backend `choice` names (see the top of this header). Throws gpuml::unsupported if it is not present.
+/// The backend `choice` names (see the top of this header). A comma-separated list ("0,1", "cpu,cpu") names
+/// several devices, whose rows KMeans shards across them; a device named twice is opened twice (two logical devices
+/// of one physical device, as tests use on lavapipe). Throws gpuml::unsupported if one is not present, and
+/// gpuml::invalid_input for "host" or "auto" inside a list.
 inline Backend select_backend(std::string_view choice) {
-  auto info = detail::resolve(choice);
-  return info ? Backend::on(detail::open_device(*info)) : Backend::host();
+  if (choice.find(',') == std::string_view::npos) {
+    auto info = detail::resolve(choice);
+    return info ? Backend::on(detail::open_device(*info)) : Backend::host();
+  }
+  std::vector<std::shared_ptr<vulkan::Device>> devices;
+  std::vector<std::uint32_t> opened;
+  std::size_t start = 0;
+  while (start <= choice.size()) {
+    const std::size_t comma = std::min(choice.find(',', start), choice.size());
+    const std::string part = detail::lower(choice.substr(start, comma - start));
+    if (part.empty() || part == "host" || part == "auto")
+      throw invalid_input("a device list names Vulkan devices only (an index, a kind or a name), got '" +
+                          std::string(choice) + "'");
+    const auto info = detail::resolve(part);
+    const bool again = std::find(opened.begin(), opened.end(), info->index) != opened.end();
+    devices.push_back(again ? std::make_shared<vulkan::Device>(vulkan::Instance::get(), *info)
+                            : detail::open_device(*info));
+    opened.push_back(info->index);
+    start = comma + 1;
+  }
+  return Backend::on(std::move(devices));
 }
 
 /// The process default: Config::device (GPUML_DEVICE, default automatic). A device asked for but absent gives a warning

@@ -17,8 +17,11 @@
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -158,6 +161,89 @@ void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
     }
   }
 }
+
+/// Several engines, each over its own contiguous range of rows (on its own device), as one LloydEngine: they run
+/// their E-steps at once, one thread each, and their per-cluster sums and weights are added in float64 in shard
+/// order, then rounded to T. With one shard it is that shard exactly; with several, the sums differ from one
+/// engine's by the rounding of each shard's partial sums (a few units in the last place of T per cluster), so
+/// labels agree except where a sample is within that rounding of two centres.
+template <class Engine, class T>
+class ShardedLloydEngine {
+ public:
+  /// `shards`: the engines, in row order; `first_rows[s]`: the first row of shard s.
+  ShardedLloydEngine(std::vector<std::unique_ptr<Engine>> shards, std::vector<std::int64_t> first_rows, std::int64_t n)
+      : shards_(std::move(shards)), first_(std::move(first_rows)), n_(n) {}
+
+  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+    const std::size_t count = shards_.size();
+    std::vector<Matrix<T>> part_sums(count);
+    std::vector<Vector<T>> part_weights(count);
+    std::vector<char> changed(count, 0);
+    each([&](std::size_t s) { changed[s] = shards_[s]->e_step(C, part_sums[s], part_weights[s]) ? 1 : 0; });
+    if (count == 1) {
+      sums = std::move(part_sums[0]);
+      weights = std::move(part_weights[0]);
+      return changed[0] != 0;
+    }
+    Eigen::MatrixXd total_sums = Eigen::MatrixXd::Zero(C.rows(), C.cols());
+    Eigen::VectorXd total_weights = Eigen::VectorXd::Zero(C.rows());
+    for (std::size_t s = 0; s < count; ++s) {
+      total_sums += part_sums[s].template cast<double>();
+      total_weights += part_weights[s].template cast<double>();
+    }
+    sums = total_sums.cast<T>();
+    weights = total_weights.cast<T>();
+    return std::any_of(changed.begin(), changed.end(), [](char c) { return c != 0; });
+  }
+
+  const Labels& labels() {
+    labels_.resize(n_);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const Labels& part = shards_[s]->labels();
+      labels_.segment(first_[s], part.size()) = part;
+    }
+    return labels_;
+  }
+
+  void assign(const Matrix<T>& C) {
+    each([&](std::size_t s) { shards_[s]->assign(C); });
+  }
+
+  double inertia(const Matrix<T>& C) {
+    std::vector<double> parts(shards_.size(), 0.0);
+    each([&](std::size_t s) { parts[s] = shards_[s]->inertia(C); });
+    double total = 0;
+    for (double p : parts) total += p;
+    return total;
+  }
+
+ private:
+  /// Runs work(s) for every shard, shard 0 on the calling thread, the others on their own threads; rethrows the
+  /// first failure (by shard order) once all have finished.
+  template <class Work>
+  void each(Work&& work) {
+    const std::size_t count = shards_.size();
+    std::vector<std::exception_ptr> failed(count);
+    auto guarded = [&](std::size_t s) {
+      try {
+        work(s);
+      } catch (...) {
+        failed[s] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (std::size_t s = 1; s < count; ++s) threads.emplace_back(guarded, s);
+    guarded(0);
+    for (auto& t : threads) t.join();
+    for (auto& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
+
+  std::vector<std::unique_ptr<Engine>> shards_;
+  std::vector<std::int64_t> first_;
+  std::int64_t n_;
+  Labels labels_;
+};
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:
 ///   bool e_step(C, sums, weights)  labels by nearest centre, per-cluster weighted sums and weights; true when a

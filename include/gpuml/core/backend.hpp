@@ -1,9 +1,12 @@
-// Where work runs: the host (Eigen, multithreaded) or one Vulkan device. Cheap to copy; devices are shared.
+// Where work runs: the host (Eigen, multithreaded), one Vulkan device, or several (rows sharded across them, for the
+// estimators that support it; the others use the first). Cheap to copy; devices are shared.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpuml {
 
@@ -16,18 +19,29 @@ class Backend {
   /// The host backend: Eigen on the CPU's cores.
   static Backend host() { return Backend(); }
   /// A Vulkan device (see gpuml::select_backend to pick one by name or kind).
-  static Backend on(std::shared_ptr<vulkan::Device> device) { return Backend(std::move(device)); }
+  static Backend on(std::shared_ptr<vulkan::Device> device) { return Backend({std::move(device)}); }
+  /// Several Vulkan devices (at least one; none null): KMeans shards its rows across them, the rest uses the first.
+  static Backend on(std::vector<std::shared_ptr<vulkan::Device>> devices) { return Backend(std::move(devices)); }
 
-  bool is_host() const noexcept { return device_ == nullptr; }
-  bool is_vulkan() const noexcept { return device_ != nullptr; }
-  /// The Vulkan device, or nullptr for the host backend.
-  vulkan::Device* device() const noexcept { return device_.get(); }
-  const std::shared_ptr<vulkan::Device>& shared_device() const noexcept { return device_; }
+  bool is_host() const noexcept { return devices_.empty(); }
+  bool is_vulkan() const noexcept { return !devices_.empty(); }
+  /// The (first) Vulkan device, or nullptr for the host backend.
+  vulkan::Device* device() const noexcept { return devices_.empty() ? nullptr : devices_.front().get(); }
+  const std::shared_ptr<vulkan::Device>& shared_device() const noexcept {
+    static const std::shared_ptr<vulkan::Device> none;
+    return devices_.empty() ? none : devices_.front();
+  }
+  /// How many Vulkan devices (0 for the host backend), and each of them.
+  std::size_t device_count() const noexcept { return devices_.size(); }
+  vulkan::Device* device(std::size_t i) const noexcept { return devices_.at(i).get(); }
 
  private:
   Backend() = default;
-  explicit Backend(std::shared_ptr<vulkan::Device> device) : device_(std::move(device)) {}
-  std::shared_ptr<vulkan::Device> device_;
+  explicit Backend(std::vector<std::shared_ptr<vulkan::Device>> devices) : devices_(std::move(devices)) {
+    for (const auto& d : devices_)
+      if (!d) devices_.clear();  // a null device makes no backend: the host
+  }
+  std::vector<std::shared_ptr<vulkan::Device>> devices_;
 };
 
 }  // namespace gpuml

@@ -72,6 +72,13 @@ template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration) {
   auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); };
+  if (backend.device_count() > 1 && device_for<T>(backend)) {
+    std::vector<vulkan::Device*> devices;
+    for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
+    return device_or_host(
+        [&] { return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },
+        on_host);
+  }
   if (auto* device = device_for<T>(backend))
     return device_or_host(
         [&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },

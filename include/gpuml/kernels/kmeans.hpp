@@ -278,6 +278,29 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, Vector
   return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
+/// lloyd with the rows sharded across several devices: contiguous ranges of about n / devices rows, one
+/// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine).
+template <class T, class Policy = kmeans_default_policy>
+algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, VectorView<T> w,
+                                         const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
+                                         const IterationCallback& on_iteration = {}) {
+  kmeans_device_time() = {};
+  const std::int64_t n = X.rows();
+  const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
+  if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
+  std::vector<std::unique_ptr<LloydEngine<T, Policy>>> shards;
+  std::vector<std::int64_t> first;
+  for (std::int64_t s = 0; s < count; ++s) {
+    const std::int64_t r0 = n * s / count, r1 = n * (s + 1) / count;
+    shards.push_back(std::make_unique<LloydEngine<T, Policy>>(*devices[static_cast<std::size_t>(s)], X.middleRows(r0, r1 - r0),
+                                                             w.data() + r0, static_cast<std::uint32_t>(init_centers.rows())));
+    shards.back()->reset_labels();
+    first.push_back(r0);
+  }
+  algorithms::ShardedLloydEngine<LloydEngine<T, Policy>, T> engine(std::move(shards), std::move(first), n);
+  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+}
+
 /// Nearest centre of each row (predict), on `device`.
 template <class T, class Policy = kmeans_default_policy>
 Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
