@@ -264,7 +264,13 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
   int i = 0;
   for (; i < max_iter; ++i) {
     const bool changed = engine.e_step(centers, centers_new, weights);
-    if ((weights.array() == T(0)).any()) relocate_empty_clusters<T>(X, w, centers, engine.labels(), centers_new, weights);
+    if ((weights.array() == T(0)).any()) {
+      // An engine whose rows are not all here (MPI ranks) relocates across its shards itself.
+      if constexpr (requires { engine.relocate_empty_clusters(centers, centers_new, weights); })
+        engine.relocate_empty_clusters(centers, centers_new, weights);
+      else
+        relocate_empty_clusters<T>(X, w, centers, engine.labels(), centers_new, weights);
+    }
     average_centers<T>(centers_new, weights);
     if (verbose) {
       const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));

@@ -1,0 +1,177 @@
+// Distributed KMeans (gpuml/mpi/kmeans.hpp), run under mpirun with several ranks (ctest uses 3): every rank makes
+// the same data from one seed (rank 0's, broadcast), keeps its own rows, and checks the distributed fit against a
+// fit of all the rows in one process; then bad shards and failures on one rank end every rank with an error.
+#include "../support.hpp"
+
+#include <gpuml/mpi/kmeans.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gpuml::KMeansParams;
+using gpuml::Labels;
+using gpuml::Matrix;
+using gpuml::testing::random_matrix;
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int ranks() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+/// Blobs: k centres far apart, uniform noise.
+template <class T>
+Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
+  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0);
+  const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -0.3, 0.3);
+  Matrix<T> X(n, d);
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  return X;
+}
+
+/// This rank's first row and row count when n rows are cut into uneven shards (the last rank's may be empty).
+std::pair<Eigen::Index, Eigen::Index> shard(Eigen::Index n, bool leave_last_empty) {
+  const Eigen::Index parts = leave_last_empty && ranks() > 1 ? ranks() - 1 : ranks();
+  if (rank() >= parts) return {n, 0};
+  // Uneven on purpose: shard r gets a share proportional to r + 1.
+  const Eigen::Index total = parts * (parts + 1) / 2;
+  Eigen::Index first = 0;
+  for (int r = 0; r < rank(); ++r) first += n * (r + 1) / total;
+  const Eigen::Index rows = rank() == parts - 1 ? n - first : n * (rank() + 1) / total;
+  return {first, rows};
+}
+
+std::vector<gpuml::testing::NamedBackend> rank_backends() { return gpuml::testing::backends(); }
+
+template <class T>
+class DistributedKMeans : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(DistributedKMeans, Scalars);
+
+// The distributed fit against one process's fit of all rows: labels of this rank's rows, centres, inertia, n_iter.
+// Empty clusters (two initial centres far from every sample) are relocated across ranks as in one process.
+TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
+  using T = TypeParam;
+  for (const auto& b : rank_backends()) {
+    for (const bool last_empty : {false, true}) {
+      for (const bool with_empty_clusters : {false, true}) {
+        const Eigen::Index n = 2003, d = 5, k = 7;
+        const Matrix<T> X = blobs<T>(n, d, k, 11);
+        KMeansParams p;
+        p.n_clusters = static_cast<int>(k);
+        Matrix<double> init = (X.topRows(k).template cast<double>().array() + 0.5).matrix();
+        if (with_empty_clusters) init.row(5).setConstant(1e3), init.row(6).setConstant(-1e3);
+        p.init_centers = init;
+        p.max_iter = 40;
+        p.tol = 1e-6;
+        gpuml::KMeans<T> one(p, gpuml::Backend::host());
+        one.fit(X);
+        const auto [first, rows] = shard(n, last_empty);
+        gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
+        many.fit(X.middleRows(first, rows));
+        const std::string what = b.name + (last_empty ? " last shard empty" : "") + (with_empty_clusters ? " relocation" : "");
+        EXPECT_TRUE(many.labels() == one.labels().segment(first, rows)) << what;
+        EXPECT_EQ(many.n_iter(), one.n_iter()) << what;
+        const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+        EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << what;
+        EXPECT_LE((many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff(),
+                  tol * (1 + one.cluster_centers().cwiseAbs().maxCoeff()))
+            << what;
+      }
+    }
+  }
+}
+
+// A shard with another feature count: refused on every rank, naming the ranks, before any work.
+TEST(DistributedKMeansFaults, MismatchedShardsEndEveryRank) {
+  const Matrix<double> X = random_matrix<double>(50, rank() == ranks() - 1 && ranks() > 1 ? 4 : 3, 21);
+  KMeansParams p;
+  p.n_clusters = 2;
+  p.init_centers = Matrix<double>::Ones(2, 3);
+  gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+  if (ranks() == 1) GTEST_SKIP() << "needs two ranks";
+  try {
+    km.fit(X);
+    ADD_FAILURE() << "no error";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find("number of features"), std::string::npos) << e.what();
+  }
+}
+
+// Bad values on one rank (NaN): every rank throws, naming that rank.
+TEST(DistributedKMeansFaults, BadValuesOnOneRankEndEveryRank) {
+  Matrix<double> X = random_matrix<double>(40, 3, 22);
+  if (rank() == ranks() - 1) X(7, 1) = std::nan("");
+  KMeansParams p;
+  p.n_clusters = 2;
+  p.init_centers = Matrix<double>::Ones(2, 3);
+  gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+  try {
+    km.fit(X);
+    ADD_FAILURE() << "no error";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(ranks() - 1)), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(km.communicator().size() < 1);
+}
+
+// A failure during the iterations on one rank (its iteration callback throws at iteration 1): every rank stops at
+// the same iteration with that rank's message, no rank waits for the others.
+TEST(DistributedKMeansFaults, AFailureDuringTheFitEndsEveryRank) {
+  const Matrix<double> X = blobs<double>(600, 3, 4, 23);
+  KMeansParams p;
+  p.n_clusters = 4;
+  p.init_centers = (X.topRows(4).array() + 0.5).matrix();
+  p.tol = 0;
+  p.max_iter = 50;
+  p.on_iteration = [](const gpuml::LloydIteration& it) {
+    if (rank() == 0 && it.iteration == 1) throw std::runtime_error("rank 0 lost its disk");
+    return true;
+  };
+  gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+  try {
+    km.fit(X.middleRows(200 * (rank() % 3), 200));
+    ADD_FAILURE() << "no error";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find("lost its disk"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DistributedKMeansFaults, SeedingAcrossRanksIsRefusedOnEveryRank) {
+  KMeansParams p;
+  p.n_clusters = 2;
+  gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+  EXPECT_THROW(km.fit(random_matrix<double>(20, 3, 24)), gpuml::error);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  // One seed for every rank: rank 0's (GPUML_TEST_SEED or a fresh one), before any test data is made.
+  unsigned long long seed = 0;
+  if (rank() == 0) {
+    const char* given = std::getenv("GPUML_TEST_SEED");
+    seed = given ? std::strtoull(given, nullptr, 10) : std::random_device{}();
+  }
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  setenv("GPUML_TEST_SEED", std::to_string(seed).c_str(), 1);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
