@@ -693,3 +693,32 @@ TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
     }
   }
 }
+
+// The database sharded across several logical devices (the device under test opened twice and three times): the
+// same neighbours and values as one device, for every metric, with k above a shard's size, and for X=None.
+TYPED_TEST(Neighbors, ShardedDatabaseGivesTheOneDeviceNeighbours) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(1237, 13, 61);
+  const Matrix<T> q = random_matrix<T>(101, 13, 62);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    const std::string index = std::to_string(b.backend.device()->info().index);
+    for (const std::string list : {index + "," + index, index + "," + index + "," + index}) {
+      const gpuml::Backend sharded = gpuml::select_backend(list);
+      for (const auto& name : kMetrics) {
+        for (int k : {1, 9, 500}) {
+          gpuml::NearestNeighbors<T> one({k, name}, b.backend), many({k, name}, sharded);
+          one.fit(db);
+          many.fit(db);
+          const auto expected = one.kneighbors(q), got = many.kneighbors(q);
+          EXPECT_TRUE(got.indices == expected.indices) << list << " " << name << " k=" << k;
+          EXPECT_TRUE(got.distances == expected.distances) << list << " " << name << " k=" << k;
+          if (k == 9) {
+            const auto self_expected = one.kneighbors(), self_got = many.kneighbors();
+            EXPECT_TRUE(self_got.indices == self_expected.indices) << list << " " << name << " X=None";
+          }
+        }
+      }
+    }
+  }
+}

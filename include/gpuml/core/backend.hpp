@@ -33,7 +33,9 @@ class Backend {
   }
   /// How many Vulkan devices (0 for the host backend), and each of them.
   std::size_t device_count() const noexcept { return devices_.size(); }
-  vulkan::Device* device(std::size_t i) const noexcept { return devices_.at(i).get(); }
+  vulkan::Device* device(std::size_t i) const { return devices_.at(i).get(); }
+  /// Device i alone, as a backend of its own.
+  Backend part(std::size_t i) const { return Backend({devices_.at(i)}); }
 
  private:
   Backend() = default;

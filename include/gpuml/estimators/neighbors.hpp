@@ -16,10 +16,13 @@
 #include <gpuml/select.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -145,16 +148,33 @@ class NearestNeighbors {
     Matrix<T> copy = naming_host_memory("copying the NearestNeighbors database", X.rows(), X.cols(), sizeof(T),
                                         [&] { return Matrix<T>(X); });
     std::shared_ptr<const kernels::KnnDatabase<T>> on_device;
-    if (backend_.is_vulkan() && X.rows() < Eigen::Index(UINT32_MAX)) {
+    if (backend_.device_count() == 1 && X.rows() < Eigen::Index(UINT32_MAX)) {
       try {
         on_device = std::make_shared<const kernels::KnnDatabase<T>>(*backend_.device(), copy);
       } catch (const unsupported&) {
         // Too large to keep, or float64 without device support: each search streams or falls back instead.
       }
     }
+    // Several devices: the database cut into one contiguous shard per device, each kept on its device.
+    std::vector<Shard> shards;
+    if (backend_.device_count() > 1 && X.rows() < Eigen::Index(UINT32_MAX)) {
+      const auto count = static_cast<Eigen::Index>(std::min<std::size_t>(backend_.device_count(), std::size_t(X.rows())));
+      for (Eigen::Index s = 0; s < count; ++s) {
+        Shard shard{X.rows() * s / count, X.rows() * (s + 1) / count - X.rows() * s / count,
+                    backend_.part(static_cast<std::size_t>(s)), nullptr};
+        try {
+          shard.resident = std::make_shared<const kernels::KnnDatabase<T>>(*shard.backend.device(),
+                                                                           copy.middleRows(shard.first, shard.rows));
+        } catch (const unsupported&) {
+        }
+        shards.push_back(std::move(shard));
+      }
+      on_device.reset();
+    }
     max_abs_ = detail::max_abs<T>(copy);
     X_.swap(copy);
     device_X_ = std::move(on_device);
+    shards_ = std::move(shards);
     metric_ = metric;
     fitted_ = true;
     return *this;
@@ -175,7 +195,7 @@ class NearestNeighbors {
       throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
                           ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
                           std::to_string(X.rows()));
-    return detail::run_knn<T>(backend_, X_, X, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
+    return search(X, k);
   }
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
@@ -189,7 +209,7 @@ class NearestNeighbors {
     if (k >= n)
       throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
-    const KnnResult<T> full = detail::run_knn<T>(backend_, X_, X_, k + 1, metric_, device_X_.get(), max_abs_, params_.on_progress);
+    const KnnResult<T> full = search(X_, k + 1);
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
     for (Eigen::Index i = 0; i < n; ++i) {
       int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found
@@ -252,6 +272,55 @@ class NearestNeighbors {
     if (!fitted_) throw not_fitted("This NearestNeighbors instance is not fitted yet; call fit() first");
   }
 
+  /// The k nearest database rows of each query: on the backend's one device (or the host), or on every shard at
+  /// once (one thread per device) with the shards' lists merged by (value, global index), the order of the
+  /// engines' own results. (Sharded searches report no progress.)
+  KnnResult<T> search(MatrixView<T> queries, int k) const {
+    if (shards_.size() <= 1)
+      return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
+    // Euclidean shards search squared distances: the merge then orders by the values the engines sort by (two
+    // squared distances can share a square root), and the square root comes last, as in the engines' finish.
+    const Metric shard_metric = metric_ == Metric::euclidean ? Metric::sqeuclidean : metric_;
+    std::vector<KnnResult<T>> parts(shards_.size());
+    std::vector<std::exception_ptr> failed(shards_.size());
+    auto run = [&](std::size_t s) {
+      try {
+        const Shard& shard = shards_[s];
+        parts[s] = detail::run_knn<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries,
+                                      static_cast<int>(std::min<Eigen::Index>(k, shard.rows)), shard_metric,
+                                      shard.resident.get(), max_abs_);
+      } catch (...) {
+        failed[s] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (std::size_t s = 1; s < shards_.size(); ++s) threads.emplace_back(run, s);
+    run(0);
+    for (auto& t : threads) t.join();
+    for (auto& f : failed)
+      if (f) std::rethrow_exception(f);
+    const bool larger_first = metric_is_similarity(metric_);
+    KnnResult<T> out{Matrix<T>(queries.rows(), k), IndexMatrix(queries.rows(), k)};
+    parallel_chunks(queries.rows(), 256, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      std::vector<std::pair<T, std::int64_t>> cand;
+      for (std::int64_t i = b; i < e; ++i) {
+        cand.clear();
+        for (std::size_t s = 0; s < shards_.size(); ++s)
+          for (Eigen::Index c = 0; c < parts[s].indices.cols(); ++c)
+            cand.emplace_back(larger_first ? -parts[s].distances(i, c) : parts[s].distances(i, c),
+                              parts[s].indices(i, c) + shards_[s].first);
+        std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
+        for (int c = 0; c < k; ++c) {
+          T v = larger_first ? -cand[std::size_t(c)].first : cand[std::size_t(c)].first;
+          if (metric_ == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
+          out.distances(i, c) = v;
+          out.indices(i, c) = cand[std::size_t(c)].second;
+        }
+      }
+    });
+    return out;
+  }
+
   RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self) const {
     const double r = radius < 0 ? params_.radius : radius;
     if constexpr (std::is_same_v<T, float>) {
@@ -272,6 +341,12 @@ class NearestNeighbors {
   Matrix<T> X_;
   double max_abs_ = 0;  // the database's largest magnitude: whether float32 values may overflow (run_knn)
   std::shared_ptr<const kernels::KnnDatabase<T>> device_X_;  // X_ on the device (Vulkan backends), shared by copies
+  struct Shard {
+    Eigen::Index first = 0, rows = 0;
+    Backend backend = Backend::host();
+    std::shared_ptr<const kernels::KnnDatabase<T>> resident;
+  };
+  std::vector<Shard> shards_;  // several devices: one contiguous part of X_ on each
   Metric metric_ = Metric::euclidean;
   bool fitted_ = false;
 };
