@@ -273,8 +273,9 @@ class NearestNeighbors {
   }
 
   /// The k nearest database rows of each query: on the backend's one device (or the host), or on every shard at
-  /// once (one thread per device) with the shards' lists merged by (value, global index), the order of the
-  /// engines' own results. (Sharded searches report no progress.)
+  /// once (one thread per device) with the shards' exactly recomputed lists merged by (value, global index). Each
+  /// engine selects by its kernel's values before recomputing, so a sharded list can differ from one device's at
+  /// the k-th place, by a neighbour nearer within float rounding (README). Sharded searches report no progress.
   KnnResult<T> search(MatrixView<T> queries, int k) const {
     if (shards_.size() <= 1)
       return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
