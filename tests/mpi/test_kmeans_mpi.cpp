@@ -4,6 +4,7 @@
 #include "../support.hpp"
 
 #include <gpuml/mpi/kmeans.hpp>
+#include <gpuml/mpi/neighbors.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -154,6 +155,34 @@ TEST(DistributedKMeansFaults, SeedingAcrossRanksIsRefusedOnEveryRank) {
   p.n_clusters = 2;
   gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
   EXPECT_THROW(km.fit(random_matrix<double>(20, 3, 24)), gpuml::error);
+}
+
+// Distributed k-NN against one process on the host engine (whose selection values are exact, so the lists are
+// the same): rank 0's queries, the database cut unevenly with an empty last part, every metric.
+TYPED_TEST(DistributedKMeans, NeighboursMatchOneProcessOnTheHost) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(1501, 9, 31), q = random_matrix<T>(rank() == 0 ? 67 : 3, 9, 32);
+  const Matrix<T> q0 = random_matrix<T>(67, 9, 32);
+  const auto [first, rows] = shard(db.rows(), true);
+  for (const std::string metric : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine", "inner_product"}) {
+    for (int k : {1, 10, 600}) {
+      gpuml::NearestNeighbors<T> one({k, metric}, gpuml::Backend::host());
+      one.fit(db);
+      const auto expected = one.kneighbors(q0);
+      gpuml::mpi::NearestNeighbors<T> many({k, metric}, MPI_COMM_WORLD, gpuml::Backend::host());
+      many.fit(db.middleRows(first, rows));
+      const auto got = many.kneighbors(q);  // only rank 0's queries count
+      EXPECT_TRUE(got.indices == expected.indices) << metric << " k=" << k;
+      EXPECT_TRUE(got.distances == expected.distances) << metric << " k=" << k;
+    }
+  }
+}
+
+TEST(DistributedKMeansFaults, NeighboursRefuseMismatchedPartsOnEveryRank) {
+  const Matrix<double> db = random_matrix<double>(30, rank() == ranks() - 1 && ranks() > 1 ? 5 : 4, 33);
+  gpuml::mpi::NearestNeighbors<double> nn({3, "euclidean"}, MPI_COMM_WORLD, gpuml::Backend::host());
+  if (ranks() == 1) GTEST_SKIP() << "needs two ranks";
+  EXPECT_THROW(nn.fit(db), gpuml::error);
 }
 
 }  // namespace

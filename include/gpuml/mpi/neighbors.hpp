@@ -1,0 +1,139 @@
+// Distributed nearest neighbours over MPI: every rank holds one part of the database (parts in rank order make the
+// global row numbers), searches it on its own backend, and the per-rank k best lists are merged by (value, global
+// index), the order the engines themselves use; every rank gets the merged result. Queries come from rank 0.
+//
+// Optional, like <gpuml/mpi/kmeans.hpp>: needs MPI and is not part of <gpuml/gpuml.hpp>.
+//
+// What a distributed search returns against one process: each rank's engine selects by its kernel's values and
+// then recomputes the selected values exactly, so the merged list can differ from one process's at the k-th place,
+// by a neighbour nearer within float rounding (as with several devices, see NearestNeighbors); on the host engine,
+// whose selection values are the exact ones, the lists are the same.
+#pragma once
+
+#include <gpuml/gpuml.hpp>
+#include <gpuml/mpi/kmeans.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml::mpi {
+
+/// NearestNeighbors over the ranks of a communicator (brute force, scikit-learn's semantics per part).
+template <class T>
+class NearestNeighbors {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+
+ public:
+  explicit NearestNeighbors(NeighborsParams params = {}, MPI_Comm comm = MPI_COMM_WORLD,
+                            Backend backend = default_backend())
+      : params_(std::move(params)), comm_(comm), local_(searched_params(params_), std::move(backend)) {}
+
+  /// Collective: every rank passes its part of the database (any size, an empty part included).
+  NearestNeighbors& fit(MatrixView<T> X_local) {
+    const auto features = comm_.gather(X_local.cols());
+    std::string problem;
+    for (int r = 0; r < comm_.size() && problem.empty(); ++r)
+      if (features[static_cast<std::size_t>(r)] != features[0])
+        problem = "database parts disagree on the number of features: rank 0 has " + std::to_string(features[0]) +
+                  ", rank " + std::to_string(r) + " has " + std::to_string(features[static_cast<std::size_t>(r)]);
+    comm_.check(comm_.rank() == 0 ? problem : std::string());
+    const auto rows = comm_.gather(X_local.rows());
+    first_ = 0;
+    for (int r = 0; r < comm_.rank(); ++r) first_ += rows[static_cast<std::size_t>(r)];
+    n_ = 0;
+    for (auto r : rows) n_ += r;
+    d_ = features[0];
+    comm_.guarded([&] {
+      if (n_ == 0) throw invalid_input("the database is empty on every rank");
+      if (X_local.rows() > 0) local_.fit(X_local);
+    });
+    fitted_ = true;
+    return *this;
+  }
+
+  /// Collective: rank 0's queries (other ranks' are ignored) against the whole database; every rank returns the
+  /// merged k nearest (k = 0: params().n_neighbors), global row numbers, sorted as one process sorts them.
+  KnnResult<T> kneighbors(MatrixView<T> queries_rank0, int k = 0) const {
+    if (!fitted_) throw not_fitted("This NearestNeighbors instance is not fitted yet; call fit() first");
+    if (k == 0) k = params_.n_neighbors;
+    // The queries, from rank 0.
+    std::int64_t shape[2] = {queries_rank0.rows(), queries_rank0.cols()};
+    MPI_Bcast(shape, 2, MPI_INT64_T, 0, comm_.get());
+    comm_.check(comm_.rank() == 0 && shape[1] != d_
+                    ? "queries have " + std::to_string(shape[1]) + " features, the database " + std::to_string(d_)
+                    : std::string());
+    comm_.check(k < 1 || k > n_ ? "Expected 1 <= n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
+                                      ", n_samples_fit = " + std::to_string(n_)
+                                : std::string());
+    Matrix<T> queries(shape[0], shape[1]);
+    if (comm_.rank() == 0) queries = queries_rank0;
+    MPI_Bcast(queries.data(), static_cast<int>(queries.size()), std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, 0,
+              comm_.get());
+    const std::int64_t m = shape[0];
+
+    // This rank's k best (fewer where its part is smaller), as (value, global index) pairs padded to k.
+    const Metric metric = parse_metric(params_.metric);
+    const bool larger_first = metric_is_similarity(metric);
+    std::vector<double> mine(static_cast<std::size_t>(m * k * 2), -1.0);
+    comm_.guarded([&] {
+      const auto local_rows = local_.fitted() ? local_.n_samples_fit() : 0;
+      if (local_rows == 0 || m == 0) return;
+      const int kk = static_cast<int>(std::min<std::int64_t>(k, local_rows));
+      const KnnResult<T> r = local_.kneighbors(queries, kk);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (int c = 0; c < kk; ++c) {
+          mine[static_cast<std::size_t>((i * k + c) * 2)] = double(r.distances(i, c));
+          mine[static_cast<std::size_t>((i * k + c) * 2 + 1)] = double(r.indices(i, c) + first_);
+        }
+    });
+    std::vector<double> all(mine.size() * static_cast<std::size_t>(comm_.size()));
+    MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
+                  MPI_DOUBLE, comm_.get());
+    KnnResult<T> out{Matrix<T>(m, k), IndexMatrix(m, k)};
+    std::vector<std::pair<T, std::int64_t>> cand;
+    for (std::int64_t i = 0; i < m; ++i) {
+      cand.clear();
+      for (int r = 0; r < comm_.size(); ++r)
+        for (int c = 0; c < k; ++c) {
+          const std::size_t at = static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>((i * k + c) * 2);
+          if (all[at + 1] < 0) continue;
+          const T v = static_cast<T>(all[at]);
+          cand.emplace_back(larger_first ? -v : v, static_cast<std::int64_t>(all[at + 1]));
+        }
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
+      for (int c = 0; c < k; ++c) {
+        T v = larger_first ? -cand[static_cast<std::size_t>(c)].first : cand[static_cast<std::size_t>(c)].first;
+        if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
+        out.distances(i, c) = v;
+        out.indices(i, c) = cand[static_cast<std::size_t>(c)].second;
+      }
+    }
+    return out;
+  }
+
+  std::int64_t n_samples_fit() const noexcept { return n_; }
+  /// The first global row of this rank's part.
+  std::int64_t first_row() const noexcept { return first_; }
+  const Communicator& communicator() const noexcept { return comm_; }
+
+ private:
+  /// Each rank searches euclidean as squared distances: the merge orders by the values the engines sort by (two
+  /// squared distances can share a square root), and the square root comes last, as in the engines' finish.
+  static NeighborsParams searched_params(NeighborsParams p) {
+    if (parse_metric(p.metric) == Metric::euclidean) p.metric = "sqeuclidean";
+    return p;
+  }
+
+  NeighborsParams params_;
+  Communicator comm_;
+  gpuml::NearestNeighbors<T> local_;
+  std::int64_t first_ = 0, n_ = 0, d_ = 0;
+  bool fitted_ = false;
+};
+
+}  // namespace gpuml::mpi
