@@ -86,6 +86,8 @@ inline gpuml::Backend backend_for(const std::string& device_flag) {
     std::string why = e.what();
     if (const auto at = why.find("no Vulkan device"); at != std::string::npos) why = why.substr(at);
     throw usage_error("--device " + device_flag + ": " + why);
+  } catch (const gpuml::invalid_input& e) {  // a malformed device list
+    throw usage_error("--device " + device_flag + ": " + e.what());
   }
 }
 
