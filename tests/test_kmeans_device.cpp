@@ -504,7 +504,7 @@ TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFit) {
     p.max_iter = 30;
     KMeans<T> one(p, dev.backend);
     one.fit(X);
-    for (const std::string list : {index + "," + index, index + "," + index + "," + index}) {
+    for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
       const gpuml::Backend sharded = gpuml::select_backend(list);
       ASSERT_EQ(sharded.device_count(), std::size_t(std::count(list.begin(), list.end(), ',') + 1));
       EXPECT_NE(sharded.device(0), sharded.device(1));  // distinct logical devices

@@ -609,7 +609,7 @@ TYPED_TEST(Neighbors, RadiusNeighborsMatchTheReference) {
   const Matrix<T> q = random_matrix<T>(53, 11, 42);
   const double slack = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   for (const auto& b : backends()) {
-    for (const std::string name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine"}) {
+    for (const std::string& name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine"}) {
       const Metric m = gpuml::parse_metric(name);
       // A radius that catches a few dozen rows per query: the 5%-quantile of the reference distances.
       std::vector<double> all;
@@ -665,7 +665,7 @@ TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
   const Matrix<T> db = random_matrix<T>(3001, 9, 51);
   const Matrix<T> q = random_matrix<T>(2311, 9, 52);
   for (const auto& b : backends()) {
-    for (const std::string name : {"euclidean", "inner_product"}) {
+    for (const std::string& name : {"euclidean", "inner_product"}) {
       NeighborsParams p{7, name};
       gpuml::NearestNeighbors<T> plain(p, b.backend);
       plain.fit(db);
@@ -689,7 +689,9 @@ TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
       p.on_progress = [&](const gpuml::WorkProgress&) { return ++calls < 2; };
       gpuml::NearestNeighbors<T> stopped(p, b.backend);
       stopped.fit(db);
-      if (seen.size() > 1) EXPECT_THROW(stopped.kneighbors(q), gpuml::cancelled) << b.name;
+      if (seen.size() > 1) {
+        EXPECT_THROW(stopped.kneighbors(q), gpuml::cancelled) << b.name;
+      }
     }
   }
 }
@@ -715,8 +717,9 @@ void expect_same_up_to_the_boundary(const gpuml::KnnResult<T>& got, const gpuml:
       sum_got += sign * double(got.distances(i, c));
       sum_expected += sign * double(expected.distances(i, c));
       const bool in_expected = (expected.indices.row(i).array() == got.indices(i, c)).any();
-      if (!in_expected)
+      if (!in_expected) {
         EXPECT_NEAR(sign * double(got.distances(i, c)), boundary, tol * (1 + std::abs(boundary))) << what << " query " << i;
+      }
     }
     EXPECT_LE(sum_got, sum_expected + tol * (1 + std::abs(sum_expected))) << what << " query " << i;
   }
@@ -732,7 +735,7 @@ TYPED_TEST(Neighbors, ShardedDatabaseGivesTheOneDeviceNeighbours) {
   for (const auto& b : backends()) {
     if (!b.backend.is_vulkan()) continue;
     const std::string index = std::to_string(b.backend.device()->info().index);
-    for (const std::string list : {index + "," + index, index + "," + index + "," + index}) {
+    for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
       const gpuml::Backend sharded = gpuml::select_backend(list);
       for (const auto& name : kMetrics) {
         for (int k : {1, 9, 500}) {
