@@ -110,6 +110,17 @@ _METRICS = [
 ]
 
 
+def _assert_same_neighbours(i, i_ref, d, d_ref, dtype):
+    """The same neighbours, except where float32 data puts two candidates within rounding of each other (gpuml ranks
+    float32 data in float32, scikit-learn in float64): there the distances at that place still agree."""
+    if dtype == np.float64:
+        np.testing.assert_array_equal(i, i_ref)
+        return
+    differ = i != i_ref
+    assert differ.mean() < 0.01, f"{differ.sum()} of {differ.size} neighbours differ"
+    np.testing.assert_allclose(d[differ], d_ref[differ], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("metric", _METRICS, ids=lambda m: "-".join(str(v) for v in m.values()))
 def test_kneighbors_matches_sklearn(rng, device, dtype, metric):
@@ -121,13 +132,14 @@ def test_kneighbors_matches_sklearn(rng, device, dtype, metric):
     d, i = ours.kneighbors(Q)
     assert gpuml.calls.gpuml == before + 1
     d_ref, i_ref = ref.kneighbors(Q)
-    np.testing.assert_array_equal(i, i_ref)
+    _assert_same_neighbours(i, i_ref, d, d_ref, dtype)
     assert d.dtype == d_ref.dtype
     np.testing.assert_allclose(d, d_ref, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-6)
     d, i = ours.kneighbors(n_neighbors=3)  # X=None: each training sample excluded from its own neighbours
     d_ref, i_ref = ref.kneighbors(n_neighbors=3)
-    np.testing.assert_array_equal(i, i_ref)
-    np.testing.assert_array_equal(ours.kneighbors(Q, 2, return_distance=False), ref.kneighbors(Q, 2, False))
+    _assert_same_neighbours(i, i_ref, d, d_ref, dtype)
+    d2, i2 = ref.kneighbors(Q, 2)
+    _assert_same_neighbours(ours.kneighbors(Q, 2, return_distance=False), i2, ours.kneighbors(Q, 2)[0], d2, dtype)
     g, g_ref = ours.kneighbors_graph(Q, 4, mode="distance"), ref.kneighbors_graph(Q, 4, mode="distance")
     np.testing.assert_array_equal(g.indices, g_ref.indices)
     np.testing.assert_allclose(g.data, g_ref.data, rtol=1e-6, atol=1e-6)
