@@ -264,9 +264,6 @@ class NearestNeighbors(_GpumlKNeighborsMixin, _SklearnNearestNeighbors):
         )
         self.device = device
 
-    def fit(self, X, y=None):
-        return super(_GpumlKNeighborsMixin, self).fit(X, y)
-
 
 class KNeighborsClassifier(_GpumlKNeighborsMixin, _SklearnKNeighborsClassifier):
     """k-nearest-neighbour vote on a Vulkan device: scikit-learn's KNeighborsClassifier, plus `device`."""
@@ -297,9 +294,6 @@ class KNeighborsClassifier(_GpumlKNeighborsMixin, _SklearnKNeighborsClassifier):
             n_jobs=n_jobs,
         )
         self.device = device
-
-    def fit(self, X, y):
-        return super(_GpumlKNeighborsMixin, self).fit(X, y)
 
     def _uniform_proba(self, X):
         """Class probabilities of uniform votes from gpuml's neighbours, or None to leave them to scikit-learn."""
@@ -356,6 +350,3 @@ class KNeighborsRegressor(_GpumlKNeighborsMixin, _SklearnKNeighborsRegressor):
             n_jobs=n_jobs,
         )
         self.device = device
-
-    def fit(self, X, y):
-        return super(_GpumlKNeighborsMixin, self).fit(X, y)
