@@ -102,7 +102,7 @@ std::string sibling_path(const std::string& path, const std::string& suffix) {
 const char* dtype_name(bool is_float) { return is_float ? "float32" : "float64"; }
 
 std::string backend_device_name(const gpuml::Backend& b) {
-  return b.is_host() ? std::string("host") : b.device()->info().name;
+  return b.is_host() ? std::string("host") : b.device_info().name;
 }
 
 template <class T>

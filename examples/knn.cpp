@@ -145,7 +145,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["gpuml_version"] = GPUML_VERSION_STRING;
     j["backend"] = gpuml::describe(backend);
     j["backend_kind"] = backend.is_host() ? "host" : "vulkan";
-    j["device"] = backend.is_host() ? std::string("host") : backend.device()->info().name;
+    j["device"] = backend.is_host() ? std::string("host") : backend.device_info().name;
     j["device_choice"] = device_choice;
     j["database"] = synthetic ? std::string("synthetic") : o.database;
     j["queries"] = synthetic ? std::string("synthetic") : (self ? std::string("self") : o.queries);

@@ -609,7 +609,7 @@ TYPED_TEST(Neighbors, RadiusNeighborsMatchTheReference) {
   const Matrix<T> q = random_matrix<T>(53, 11, 42);
   const double slack = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   for (const auto& b : backends()) {
-    for (const std::string& name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine"}) {
+    for (const char* name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine"}) {
       const Metric m = gpuml::parse_metric(name);
       // A radius that catches a few dozen rows per query: the 5%-quantile of the reference distances.
       std::vector<double> all;
@@ -665,7 +665,7 @@ TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
   const Matrix<T> db = random_matrix<T>(3001, 9, 51);
   const Matrix<T> q = random_matrix<T>(2311, 9, 52);
   for (const auto& b : backends()) {
-    for (const std::string& name : {"euclidean", "inner_product"}) {
+    for (const char* name : {"euclidean", "inner_product"}) {
       NeighborsParams p{7, name};
       gpuml::NearestNeighbors<T> plain(p, b.backend);
       plain.fit(db);

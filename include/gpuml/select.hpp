@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace gpuml {
@@ -115,13 +116,19 @@ inline std::mutex& default_backend_mutex() {
 /// The backend `choice` names (see the top of this header). A comma-separated list ("0,1", "cpu,cpu") names
 /// several devices, whose rows KMeans shards across them; a device named twice is opened twice (two logical devices
 /// of one physical device, as tests use on lavapipe). Throws gpuml::unsupported if one is not present, and
-/// gpuml::invalid_input for "host" or "auto" inside a list.
+/// gpuml::invalid_input for "host" or "auto" inside a list. The devices are found now and opened on first use.
 inline Backend select_backend(std::string_view choice) {
+  auto deferred = [](const vulkan::DeviceInfo& info, bool again) {
+    Backend::DeviceOpener open = [info, again] {
+      return again ? std::make_shared<vulkan::Device>(vulkan::Instance::get(), info) : detail::open_device(info);
+    };
+    return Backend::DeferredDevice{std::make_shared<const vulkan::DeviceInfo>(info), std::move(open)};
+  };
   if (choice.find(',') == std::string_view::npos) {
     auto info = detail::resolve(choice);
-    return info ? Backend::on(detail::open_device(*info)) : Backend::host();
+    return info ? Backend::deferred({deferred(*info, false)}) : Backend::host();
   }
-  std::vector<std::shared_ptr<vulkan::Device>> devices;
+  std::vector<Backend::DeferredDevice> devices;
   std::vector<std::uint32_t> opened;
   std::size_t start = 0;
   while (start <= choice.size()) {
@@ -132,12 +139,19 @@ inline Backend select_backend(std::string_view choice) {
                           std::string(choice) + "'");
     const auto info = detail::resolve(part);
     const bool again = std::find(opened.begin(), opened.end(), info->index) != opened.end();
-    devices.push_back(again ? std::make_shared<vulkan::Device>(vulkan::Instance::get(), *info)
-                            : detail::open_device(*info));
+    devices.push_back(deferred(*info, again));
     opened.push_back(info->index);
     start = comma + 1;
   }
-  return Backend::on(std::move(devices));
+  return Backend::deferred(std::move(devices));
+}
+
+/// A backend on a Vulkan device that the application created and owns (see vulkan::ExternalDevice for what
+/// gpuml uses of it and what the application promises). Throws gpuml::invalid_input for handles that do not fit
+/// together and gpuml::unsupported for a device gpuml cannot run on.
+inline Backend external_backend(const vulkan::ExternalDevice& external) {
+  auto instance = vulkan::Instance::adopt(external.instance, external.instance_api_version);
+  return Backend::on(std::make_shared<vulkan::Device>(std::move(instance), external));
 }
 
 /// The process default: Config::device (GPUML_DEVICE, default automatic). A device asked for but absent gives a warning
@@ -163,10 +177,37 @@ inline void set_default_backend(Backend backend) {
   detail::default_backend_slot() = std::move(backend);
 }
 
+/// The one rule by which every estimator and function chooses its engine:
+///  - the host backend runs `on_host()`;
+///  - a Vulkan backend runs `on_device()`, unless T is double and a device lacks shaderFloat64, or the device engine
+///    throws gpuml::unsupported (a problem beyond what the device can run: memory, bindings, a kernel limit, a
+///    device fault found before any result is used); then `on_host()` runs instead, after one warning per distinct
+///    reason in the process, which names `task`.
+/// Invalid input, cancellation and device errors propagate unchanged.
+template <class T, class OnDevice, class OnHost>
+auto run_on(const Backend& backend, std::string_view task, OnDevice&& on_device, OnHost&& on_host)
+    -> decltype(on_host()) {
+  if (backend.is_host()) return on_host();
+  if constexpr (std::is_same_v<T, double>) {
+    for (std::size_t i = 0; i < backend.device_count(); ++i)
+      if (!backend.device_info(i).float64) {
+        warn_once(backend.device_info(i).name + " has no float64 support: " + std::string(task) +
+                  " on float64 data runs on the host backend");
+        return on_host();
+      }
+  }
+  try {
+    return on_device();
+  } catch (const unsupported& e) {
+    warn_once(std::string(e.what()) + "; " + std::string(task) + " runs on the host backend");
+  }
+  return on_host();
+}
+
 /// A one-line description: "host (Eigen, 2 threads)" or "Vulkan: NAME (discrete GPU)".
 inline std::string describe(const Backend& backend) {
   if (backend.is_host()) return "host (Eigen)";
-  const auto& info = backend.device()->info();
+  const auto& info = backend.device_info();
   return "Vulkan: " + info.name + " (" + vulkan::device_type_name(info.type) + ")";
 }
 

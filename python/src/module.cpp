@@ -83,7 +83,7 @@ gpuml::Backend backend_for(const std::string& device) {
 }
 
 std::string backend_name(const gpuml::Backend& b) {
-  return b.is_vulkan() ? b.device()->info().name : std::string("host");
+  return b.is_vulkan() ? b.device_info().name : std::string("host");
 }
 
 /// scikit-learn's _kmeans_single_lloyd on centred data: (labels, inertia, centers, n_iter, warnings).

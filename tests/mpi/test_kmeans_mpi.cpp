@@ -164,7 +164,7 @@ TYPED_TEST(DistributedKMeans, NeighboursMatchOneProcessOnTheHost) {
   const Matrix<T> db = random_matrix<T>(1501, 9, 31), q = random_matrix<T>(rank() == 0 ? 67 : 3, 9, 32);
   const Matrix<T> q0 = random_matrix<T>(67, 9, 32);
   const auto [first, rows] = shard(db.rows(), true);
-  for (const std::string& metric : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine", "inner_product"}) {
+  for (const char* metric : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "cosine", "inner_product"}) {
     for (int k : {1, 10, 600}) {
       gpuml::NearestNeighbors<T> one({k, metric}, gpuml::Backend::host());
       one.fit(db);

@@ -4,6 +4,7 @@
 // kernels/kmeans_plus_plus.hpp) provide the E-step and the k-means++ distance work, as the concepts below say.
 #pragma once
 
+#include <gpuml/core/checks.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
@@ -19,13 +20,105 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+namespace gpuml {
+
+struct KMeansParams {
+  int n_clusters = 8;
+  std::string init = "k-means++";  ///< or "random"
+  std::optional<Matrix<double>> init_centers;  ///< array init (n_clusters x n_features); when set it overrides init
+  int n_init = 0;  ///< 0 means "auto": 1 for k-means++ or an array init, 10 for random
+  int max_iter = 300;
+  double tol = 1e-4;  ///< relative to the mean per-feature variance of X
+  std::uint64_t random_state = 0;
+  bool verbose = false;
+  /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
+  /// the fit, which then throws gpuml::cancelled and leaves the estimator as it was.
+  IterationCallback on_iteration;
+};
+
+}  // namespace gpuml
+
 namespace gpuml::algorithms {
+
+/// scikit-learn's parameter checks (KMeans._check_params_vs_input), whoever holds the rows.
+inline void check_kmeans_params(const KMeansParams& p) {
+  if (p.n_clusters < 1) throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
+  if (p.max_iter < 1) throw invalid_input("max_iter must be >= 1, got " + std::to_string(p.max_iter));
+  if (!(p.tol >= 0) || !std::isfinite(p.tol))
+    throw invalid_input("tol must be a finite number >= 0, got " + std::to_string(p.tol));
+  if (p.n_init < 0) throw invalid_input("n_init must be >= 1 (or 0 for \"auto\"), got " + std::to_string(p.n_init));
+  if (!p.init_centers && p.init != "k-means++" && p.init != "random")
+    throw invalid_input("init must be \"k-means++\", \"random\" or an array of initial centres, got \"" + p.init +
+                        "\"");
+}
+
+/// An array init against the problem: k x d, finite, and (for float32 data) within float32's range.
+template <class T>
+void check_init_centers(const Matrix<double>& c, Eigen::Index k, Eigen::Index d) {
+  if (c.rows() != k || c.cols() != d)
+    throw invalid_input("The shape of the initial centers (" + std::to_string(c.rows()) + ", " + std::to_string(c.cols()) +
+                        ") does not match the number of clusters " + std::to_string(k) + " and the number of features " +
+                        std::to_string(d) + " (expected (" + std::to_string(k) + ", " + std::to_string(d) + "))");
+  checks::finite(c, "init_centers");
+  if constexpr (std::is_same_v<T, float>)
+    if (!c.template cast<float>().allFinite())  // finite in float64, but beyond float32's range
+      throw invalid_input("init_centers: Input contains infinity or a value too large for dtype('float32')");
+}
+
+/// Sample weights: finite and non-negative. Returns their sum (float64) and how many are positive.
+struct WeightSummary {
+  double sum = 0;
+  Eigen::Index positive = 0;
+};
+template <class T>
+WeightSummary check_sample_weight(VectorView<T> w) {
+  WeightSummary s;
+  for (Eigen::Index i = 0; i < w.size(); ++i) {
+    const T v = w[i];
+    if (!std::isfinite(v)) throw invalid_input("sample_weight contains NaN or infinity (at " + std::to_string(i) + ")");
+    if (v < 0) throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
+    s.sum += static_cast<double>(v);
+    s.positive += v > 0;
+  }
+  return s;
+}
+
+/// Rows per task of the fit's passes over X on the host.
+inline constexpr std::int64_t kRowChunk = 1 << 15;
+
+/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
+/// order (the result does not depend on the thread count). A distributed fit adds each rank's sums.
+template <class M>
+Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
+  const std::int64_t n = X.rows(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(X.cols()));
+  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
+    for (std::int64_t i = begin; i < end; ++i) {  // expressions, no temporary row per sample
+      if (center) s.array() += (X.row(i).template cast<double>() - *center).array().square();
+      else s += X.row(i).template cast<double>();
+    }
+  });
+  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(X.cols());
+  for (const auto& s : part) total += s;
+  return total;
+}
+
+/// scikit-learn's absolute tolerance: tol times the mean over features of the population variance of X (unweighted,
+/// before centring), from the per-column sums of squared deviations from the mean over n rows.
+inline double absolute_tolerance(const Eigen::RowVectorXd& squared_deviation_sums, double n, double tol) {
+  if (tol == 0) return 0;
+  return (squared_deviation_sums / n).mean() * tol;
+}
+
 
 template <class T>
 struct LloydResult {
@@ -218,25 +311,10 @@ class ShardedLloydEngine {
   }
 
  private:
-  /// Runs work(s) for every shard, shard 0 on the calling thread, the others on their own threads; rethrows the
-  /// first failure (by shard order) once all have finished.
+  /// Runs work(s) for every shard at once (one thread each), rethrowing the first failure by shard order.
   template <class Work>
   void each(Work&& work) {
-    const std::size_t count = shards_.size();
-    std::vector<std::exception_ptr> failed(count);
-    auto guarded = [&](std::size_t s) {
-      try {
-        work(s);
-      } catch (...) {
-        failed[s] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> threads;
-    for (std::size_t s = 1; s < count; ++s) threads.emplace_back(guarded, s);
-    guarded(0);
-    for (auto& t : threads) t.join();
-    for (auto& f : failed)
-      if (f) std::rethrow_exception(f);
+    concurrently(shards_.size(), std::forward<Work>(work));
   }
 
   std::vector<std::unique_ptr<Engine>> shards_;

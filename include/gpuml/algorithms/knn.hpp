@@ -7,6 +7,7 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
+#include <gpuml/core/parallel.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -100,6 +101,38 @@ void write_neighbours(Result& result, Eigen::Index i, const std::vector<std::pai
     result.distances(i, c) = v;
     result.indices(i, c) = cand[c].second;
   }
+}
+
+/// The metric parts of a sharded search are searched with: euclidean as squared distances, so merge_parts orders
+/// by the values the engines sort by (two squared distances can share a square root) and the root comes last.
+inline Metric part_metric(Metric metric) { return metric == Metric::euclidean ? Metric::sqeuclidean : metric; }
+
+/// The k best for each query of several parts' lists (part s holds the database rows from first[s] on, searched
+/// with part_metric(metric); its lists may be shorter than k where the part is smaller), in the order one search
+/// over the whole database gives: by (value, global index), similarities largest first.
+template <class T>
+KnnResult<T> merge_parts(const std::vector<KnnResult<T>>& parts, const std::vector<Index>& first, Index n_queries,
+                         int k, Metric metric) {
+  const bool negate = metric_is_similarity(metric);  // selected negated, as the engines do
+  Index available = 0;
+  for (const auto& p : parts) available += p.indices.cols();
+  if (n_queries > 0 && available < k)
+    throw invalid_input("merge_parts: the parts hold " + std::to_string(available) + " neighbours per query, fewer than k = " +
+                        std::to_string(k));
+  KnnResult<T> out{Matrix<T>(n_queries, k), IndexMatrix(n_queries, k)};
+  parallel_chunks(n_queries, 256, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    std::vector<std::pair<T, Index>> cand;
+    for (Index i = b; i < e; ++i) {
+      cand.clear();
+      for (std::size_t s = 0; s < parts.size(); ++s)
+        for (Eigen::Index c = 0; c < parts[s].indices.cols(); ++c)
+          cand.emplace_back(negate ? -parts[s].distances(i, c) : parts[s].distances(i, c),
+                            parts[s].indices(i, c) + first[s]);
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
+      write_neighbours(out, i, cand, k, metric);
+    }
+  });
+  return out;
 }
 
 }  // namespace gpuml::algorithms

@@ -1,8 +1,10 @@
-// Host threading: a fork-join parallel_for over index ranges. GPUML_NUM_THREADS caps the thread count.
+// Host threading: a fork-join parallel_for over index ranges (GPUML_NUM_THREADS caps its threads), and one thread
+// per device or shard.
 #pragma once
 
 #include <gpuml/core/config.hpp>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -56,6 +58,34 @@ void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
   guarded(0);
   for (auto& th : pool) th.join();
   if (failure) std::rethrow_exception(failure);
+}
+
+/// Runs work(i) for every i in [0, count) at once: i = 0 on the calling thread, each other on a thread of its own
+/// (one per device or shard, whatever the host thread cap, as each mostly waits on its device). Rethrows the first
+/// failure by index once all have finished, so no work outlives the call.
+template <class Work>
+void concurrently(std::size_t count, Work&& work) {
+  std::vector<std::exception_ptr> failed(count);
+  auto guarded = [&](std::size_t i) {
+    try {
+      work(i);
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(count > 0 ? count - 1 : 0);
+  std::size_t spawned = 1;
+  try {
+    for (; spawned < count; ++spawned) threads.emplace_back(guarded, spawned);
+  } catch (const std::system_error&) {
+    // No thread could be started (process limits): the calling thread runs the rest in turn.
+  }
+  for (std::size_t i = spawned; i < count; ++i) guarded(i);
+  if (count > 0) guarded(0);
+  for (auto& t : threads) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
 }
 
 }  // namespace gpuml

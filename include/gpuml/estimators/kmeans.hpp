@@ -1,6 +1,6 @@
 // KMeans with scikit-learn's semantics (Lloyd, greedy k-means++ / random / array init, n_init restarts, relative tol,
-// centring, empty-cluster relocation). The estimator holds the scikit-learn logic; the engines behind detail::run_*
-// hold the numerics (the host engine today; the Vulkan engine branches there on backend.is_vulkan()).
+// centring, empty-cluster relocation). The estimator holds the scikit-learn logic and the checks; the engines behind
+// detail::run_* hold the numerics, chosen by gpuml::run_on.
 #pragma once
 
 #include <gpuml/core/backend.hpp>
@@ -28,76 +28,42 @@
 
 namespace gpuml {
 
-struct KMeansParams {
-  int n_clusters = 8;
-  std::string init = "k-means++";  ///< or "random"
-  std::optional<Matrix<double>> init_centers;  ///< array init (n_clusters x n_features); when set it overrides init
-  int n_init = 0;  ///< 0 means "auto": 1 for k-means++ or an array init, 10 for random
-  int max_iter = 300;
-  double tol = 1e-4;  ///< relative to the mean per-feature variance of X
-  std::uint64_t random_state = 0;
-  bool verbose = false;
-  /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
-  /// the fit, which then throws gpuml::cancelled and leaves the estimator as it was.
-  IterationCallback on_iteration;
-};
-
 namespace detail {
 
-/// The Vulkan device to run on, or nullptr for the host: float64 data on a device without shaderFloat64 runs on
-/// the host backend (with a warning), as documented in the README.
-template <class T>
-vulkan::Device* device_for(const Backend& backend) {
-  if (!backend.is_vulkan()) return nullptr;
-  if (std::is_same_v<T, double> && !backend.device()->info().float64) {
-    warn(backend.device()->info().name + " has no float64 support: KMeans<double> runs on the host backend");
-    return nullptr;
-  }
-  return backend.device();
-}
-
-/// Runs `on_device`; where the device turns out unable to run the problem (gpuml::unsupported, found before any
-/// result is used), warns and runs `on_host` instead, so a valid problem is never refused.
-template <class OnDevice, class OnHost>
-auto device_or_host(OnDevice&& on_device, OnHost&& on_host) -> decltype(on_host()) {
-  try {
-    return on_device();
-  } catch (const unsupported& e) {
-    warn_once(std::string(e.what()) + "; running on the host backend");
-  }
-  return on_host();
-}
+// Every engine call goes through gpuml::run_on (select.hpp): the device engine on a Vulkan backend, the host engine
+// where the device cannot run the problem, with one warning.
 
 template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration) {
-  auto on_host = [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); };
-  if (backend.device_count() > 1 && device_for<T>(backend)) {
-    std::vector<vulkan::Device*> devices;
-    for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-    return device_or_host(
-        [&] { return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },
-        on_host);
-  }
-  if (auto* device = device_for<T>(backend))
-    return device_or_host(
-        [&] { return kernels::lloyd<T, Policy>(*device, X, w, init, max_iter, tol_absolute, verbose, on_iteration); },
-        on_host);
-  return on_host();
+  return run_on<T>(
+      backend, "KMeans",
+      [&] {
+        if (backend.device_count() == 1)
+          return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration);
+        std::vector<vulkan::Device*> devices;
+        for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
+        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration);
+      },
+      [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); });
 }
 
 template <class T, class Policy>
 Matrix<T> run_kmeans_plus_plus(const Backend& backend, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
-  if (auto* device = device_for<T>(backend)) return kernels::kmeans_plus_plus<T>(*device, X, w, k, rng);
-  return host::kmeans_plus_plus<T>(X, w, k, rng);
+  const std::mt19937_64 before = rng;  // a fallback draws the same sequence the device would have
+  return run_on<T>(
+      backend, "k-means++ seeding", [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, rng); },
+      [&] {
+        rng = before;
+        return host::kmeans_plus_plus<T>(X, w, k, rng);
+      });
 }
 
 template <class T, class Policy>
 Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
-  auto on_host = [&] { return host::assign<T>(X, centers); };
-  if (auto* device = device_for<T>(backend))
-    return device_or_host([&] { return kernels::assign<T, Policy>(*device, X, centers); }, on_host);
-  return on_host();
+  return run_on<T>(
+      backend, "KMeans.predict", [&] { return kernels::assign<T, Policy>(*backend.device(), X, centers); },
+      [&] { return host::assign<T>(X, centers); });
 }
 
 template <class T, class Policy>
@@ -105,10 +71,14 @@ Matrix<T> run_transform(const Backend& /*backend*/, MatrixView<T> X, const Matri
   return host::euclidean_to_centers<T>(X, centers);
 }
 
+/// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest centre (scikit-learn's score, negated), labels and sum on one
+/// engine.
 template <class T, class Policy>
-double run_inertia(const Backend& /*backend*/, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers,
-                   const Labels& labels) {
-  return host::inertia<T>(X, w, centers, labels);
+double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
+  return run_on<T>(
+      backend, "KMeans.score",
+      [&] { return kernels::labels_inertia<T, Policy>(*backend.device(), X, w, centers); },
+      [&] { return host::inertia<T>(X, w, centers, host::assign<T>(X, centers)); });
 }
 
 /// scikit-learn's _is_same_clustering: labels1 maps consistently onto labels2.
@@ -122,27 +92,6 @@ inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
       return false;
   }
   return true;
-}
-
-/// Rows per task of the fit's passes over X on the host.
-inline constexpr std::int64_t kRowChunk = 1 << 15;
-
-/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
-/// order (the result does not depend on the thread count).
-template <class M>
-Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
-  const std::int64_t n = X.rows(), chunks = (n + kRowChunk - 1) / kRowChunk;
-  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(X.cols()));
-  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-    Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
-    for (std::int64_t i = begin; i < end; ++i) {  // expressions, no temporary row per sample
-      if (center) s.array() += (X.row(i).template cast<double>() - *center).array().square();
-      else s += X.row(i).template cast<double>();
-    }
-  });
-  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(X.cols());
-  for (const auto& s : part) total += s;
-  return total;
 }
 
 }  // namespace detail
@@ -171,47 +120,20 @@ class KMeans {
  private:
   KMeans& fit_checked(MatrixView<T> X, VectorView<T> sample_weight) {
     const KMeansParams& p = params_;
-    if (p.n_clusters < 1)
-      throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
-    if (p.max_iter < 1) throw invalid_input("max_iter must be >= 1, got " + std::to_string(p.max_iter));
-    if (!(p.tol >= 0) || !std::isfinite(p.tol))
-      throw invalid_input("tol must be a finite number >= 0, got " + std::to_string(p.tol));
-    if (p.n_init < 0) throw invalid_input("n_init must be >= 1 (or 0 for \"auto\"), got " + std::to_string(p.n_init));
+    algorithms::check_kmeans_params(p);
     const bool array_init = p.init_centers.has_value();
-    if (!array_init && p.init != "k-means++" && p.init != "random")
-      throw invalid_input("init must be \"k-means++\", \"random\" or an array of initial centres, got \"" + p.init +
-                          "\"");
     checks::data(X, "X");
     const Eigen::Index n = X.rows(), d = X.cols();
     const int k = p.n_clusters;
     if (n < k)
       throw invalid_input("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
     checks::same_length(n, sample_weight.size(), "sample_weight");
-    double w_sum = 0;
-    Eigen::Index n_positive = 0;
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const T v = sample_weight[i];
-      if (!std::isfinite(v)) throw invalid_input("sample_weight contains NaN or infinity (at " + std::to_string(i) + ")");
-      if (v < 0) throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-      w_sum += static_cast<double>(v);
-      n_positive += v > 0;
-    }
-    if (!(w_sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
-    if (!array_init && p.init == "random" && n_positive < k)
+    const auto weights = algorithms::check_sample_weight(sample_weight);
+    if (!(weights.sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
+    if (!array_init && p.init == "random" && weights.positive < k)
       throw invalid_input("init=\"random\" needs n_clusters=" + std::to_string(k) +
-                          " samples with positive weight, but only " + std::to_string(n_positive) + " have one");
-    if (array_init) {
-      const Matrix<double>& c = *p.init_centers;
-      if (c.rows() != k || c.cols() != d)
-        throw invalid_input("The shape of the initial centers (" + std::to_string(c.rows()) + ", " +
-                            std::to_string(c.cols()) + ") does not match the number of clusters " + std::to_string(k) +
-                            " and the number of features " + std::to_string(d) + " (expected (" + std::to_string(k) +
-                            ", " + std::to_string(d) + "))");
-      checks::finite(c, "init_centers");
-      if constexpr (std::is_same_v<T, float>)
-        if (!c.template cast<float>().allFinite())  // finite in float64, but beyond float32's range
-          throw invalid_input("init_centers: Input contains infinity or a value too large for dtype('float32')");
-    }
+                          " samples with positive weight, but only " + std::to_string(weights.positive) + " have one");
+    if (array_init) algorithms::check_init_centers<T>(*p.init_centers, k, d);
 
     int n_init = p.n_init;
     if (n_init == 0) n_init = (array_init || p.init == "k-means++") ? 1 : 10;
@@ -222,14 +144,14 @@ class KMeans {
     }
 
     // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
-    const Eigen::RowVectorXd mean = detail::column_sums(X, nullptr) / static_cast<double>(n);
-    double tol_absolute = 0;
-    if (p.tol != 0) tol_absolute = (detail::column_sums(X, &mean) / static_cast<double>(n)).mean() * p.tol;
+    const Eigen::RowVectorXd mean = algorithms::column_sums(X, nullptr) / static_cast<double>(n);
+    const double tol_absolute =
+        p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(algorithms::column_sums(X, &mean), static_cast<double>(n), p.tol);
 
     // Centre X (and an array init) by its mean, in T as scikit-learn does.
     const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
     Matrix<T> Xc(n, d);
-    parallel_chunks(n, detail::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    parallel_chunks(n, algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
       Xc.middleRows(begin, end - begin) = X.middleRows(begin, end - begin).rowwise() - mean_t;
     });
     Matrix<T> init_c;
@@ -313,8 +235,7 @@ class KMeans {
     for (Eigen::Index i = 0; i < sample_weight.size(); ++i)
       if (sample_weight[i] < 0)
         throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-    const Labels labels = detail::run_assign<T, Policy>(backend_, X, centers_);
-    return -detail::run_inertia<T, Policy>(backend_, X, sample_weight, centers_, labels);
+    return -detail::run_labels_inertia<T, Policy>(backend_, X, sample_weight, centers_);
   }
 
   Labels fit_predict(MatrixView<T> X) { return fit(X).labels_; }

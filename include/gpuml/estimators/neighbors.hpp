@@ -45,7 +45,7 @@ struct NeighborsParams {
 
 namespace detail {
 
-/// The one place that picks the engine for a backend: the Vulkan kernel (kernels::knn_search) on a Vulkan
+/// The engine for a backend, by gpuml::run_on's rule: the Vulkan kernel (kernels::knn_search) on a Vulkan
 /// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
 /// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
 /// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
@@ -85,16 +85,14 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
       return {wide.distances.template cast<float>(), wide.indices};
     }
   }
-  if (backend.is_vulkan()) {
-    try {
-      kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
-      options.on_progress = on_progress;
-      return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
-    } catch (const unsupported& e) {
-      warn(std::string(e.what()) + "; running k-NN on the host backend");  // the documented fallback above
-    }
-  }
-  return host::knn_search<T>(database, queries, k, metric, on_progress);
+  return run_on<T>(
+      backend, "k-NN search",
+      [&] {
+        kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
+        options.on_progress = on_progress;
+        return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
+      },
+      [&] { return host::knn_search<T>(database, queries, k, metric, on_progress); });
 }
 
 inline void check_n_neighbors(int k, const char* name = "n_neighbors") {
@@ -279,47 +277,17 @@ class NearestNeighbors {
   KnnResult<T> search(MatrixView<T> queries, int k) const {
     if (shards_.size() <= 1)
       return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
-    // Euclidean shards search squared distances: the merge then orders by the values the engines sort by (two
-    // squared distances can share a square root), and the square root comes last, as in the engines' finish.
-    const Metric shard_metric = metric_ == Metric::euclidean ? Metric::sqeuclidean : metric_;
+    const Metric shard_metric = algorithms::part_metric(metric_);
     std::vector<KnnResult<T>> parts(shards_.size());
-    std::vector<std::exception_ptr> failed(shards_.size());
-    auto run = [&](std::size_t s) {
-      try {
-        const Shard& shard = shards_[s];
-        parts[s] = detail::run_knn<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries,
-                                      static_cast<int>(std::min<Eigen::Index>(k, shard.rows)), shard_metric,
-                                      shard.resident.get(), max_abs_);
-      } catch (...) {
-        failed[s] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> threads;
-    for (std::size_t s = 1; s < shards_.size(); ++s) threads.emplace_back(run, s);
-    run(0);
-    for (auto& t : threads) t.join();
-    for (auto& f : failed)
-      if (f) std::rethrow_exception(f);
-    const bool larger_first = metric_is_similarity(metric_);
-    KnnResult<T> out{Matrix<T>(queries.rows(), k), IndexMatrix(queries.rows(), k)};
-    parallel_chunks(queries.rows(), 256, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-      std::vector<std::pair<T, std::int64_t>> cand;
-      for (std::int64_t i = b; i < e; ++i) {
-        cand.clear();
-        for (std::size_t s = 0; s < shards_.size(); ++s)
-          for (Eigen::Index c = 0; c < parts[s].indices.cols(); ++c)
-            cand.emplace_back(larger_first ? -parts[s].distances(i, c) : parts[s].distances(i, c),
-                              parts[s].indices(i, c) + shards_[s].first);
-        std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
-        for (int c = 0; c < k; ++c) {
-          T v = larger_first ? -cand[std::size_t(c)].first : cand[std::size_t(c)].first;
-          if (metric_ == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
-          out.distances(i, c) = v;
-          out.indices(i, c) = cand[std::size_t(c)].second;
-        }
-      }
+    std::vector<Eigen::Index> first;
+    for (const Shard& shard : shards_) first.push_back(shard.first);
+    concurrently(shards_.size(), [&](std::size_t s) {
+      const Shard& shard = shards_[s];
+      parts[s] = detail::run_knn<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries,
+                                    static_cast<int>(std::min<Eigen::Index>(k, shard.rows)), shard_metric,
+                                    shard.resident.get(), max_abs_);
     });
-    return out;
+    return algorithms::merge_parts<T>(parts, first, queries.rows(), k, metric_);
   }
 
   RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self) const {

@@ -12,6 +12,7 @@
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/host/simd.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -72,47 +73,26 @@ Blocking blocking(std::int64_t n, std::int64_t k, std::int64_t d) {
   return {block, std::max<std::int64_t>(1, (n + block - 1) / block)};
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define GPUML_KMEANS_VECTOR_KERNEL 1
-#endif
-
-#ifdef GPUML_KMEANS_VECTOR_KERNEL
-// Fused distance + argmin over one chunk with GCC vector extensions: the chunk is stored transposed (d x 256) so
-// each vector holds one feature of consecutive samples; 4 centres x 2 vectors of samples stay in registers.
-// Built twice: for the baseline ISA (16-byte vectors) and, chosen at run time on x86, for AVX2+FMA (32 bytes).
-template <class T, int Bytes>
-struct simd;
-template <>
-struct simd<float, 16> {
-  typedef float V __attribute__((vector_size(16)));
-  typedef std::int32_t I __attribute__((vector_size(16)));
-};
-template <>
-struct simd<float, 32> {
-  typedef float V __attribute__((vector_size(32)));
-  typedef std::int32_t I __attribute__((vector_size(32)));
-};
-template <>
-struct simd<double, 16> {
-  typedef double V __attribute__((vector_size(16)));
-  typedef std::int64_t I __attribute__((vector_size(16)));
-};
-template <>
-struct simd<double, 32> {
-  typedef double V __attribute__((vector_size(32)));
-  typedef std::int64_t I __attribute__((vector_size(32)));
-};
-
+#if GPUML_HOST_VECTORS
+// Fused distance + argmin over one chunk with vector extensions (host/simd.hpp): the chunk is stored transposed
+// (d x 256) so each vector holds one feature of consecutive samples; 4 centres x 2 vectors of samples stay in
+// registers. Built for the baseline ISA and, chosen at run time on x86, for AVX2+FMA (32 bytes).
+#if defined(__clang__)
+#define GPUML_HOST_CONTRACT_FAST _Pragma("clang fp contract(fast)")
+#else
+#define GPUML_HOST_CONTRACT_FAST
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=fast")
+#endif
 /// best[i], label[i] for the 256 samples of xt (d x 256): argmin over j of cn[j] + sum_f cm2[j, f] x[f, i], where
 /// cm2 = -2 C; strict < in increasing j, so the lowest index wins ties.
 template <class T, int Bytes>
 __attribute__((always_inline)) inline void argmin_tile_body(const T* __restrict xt, std::int64_t d, const T* __restrict cm2,
                                                             const T* __restrict cn, std::int64_t k, T* __restrict best,
                                                             std::int32_t* __restrict label) {
-  using V = typename simd<T, Bytes>::V;
-  using I = typename simd<T, Bytes>::I;
+  GPUML_HOST_CONTRACT_FAST
+  using V = typename simd::Vec<T, Bytes>::V;
+  using I = typename simd::Vec<T, Bytes>::I;
   using IE = std::remove_reference_t<decltype(I{}[0])>;
   constexpr int L = Bytes / static_cast<int>(sizeof(T));
   constexpr std::int64_t kC = 256;
@@ -179,11 +159,7 @@ __attribute__((always_inline)) inline void argmin_tile_body(const T* __restrict 
 template <class T>
 void argmin_tile_base(const T* xt, std::int64_t d, const T* cm2, const T* cn, std::int64_t k, T* best,
                       std::int32_t* label) {
-#if defined(__AVX__)
-  argmin_tile_body<T, 32>(xt, d, cm2, cn, k, best, label);
-#else
-  argmin_tile_body<T, 16>(xt, d, cm2, cn, k, best, label);
-#endif
+  argmin_tile_body<T, simd::kBaselineBytes>(xt, d, cm2, cn, k, best, label);
 }
 
 /// For the 256 samples of xt (d x 256): out[i] = min(closest[i], ||x_i - c||^2) (from differences); returns
@@ -192,7 +168,8 @@ template <class T, int Bytes>
 __attribute__((always_inline)) inline double potential_tile_body(const T* __restrict xt, std::int64_t d,
                                                                  const T* __restrict c, const T* __restrict closest,
                                                                  const T* __restrict w, T* __restrict out) {
-  using V = typename simd<T, Bytes>::V;
+  GPUML_HOST_CONTRACT_FAST
+  using V = typename simd::Vec<T, Bytes>::V;
   constexpr int L = Bytes / static_cast<int>(sizeof(T));
   constexpr std::int64_t kC = 256;
   V p0 = V{}, p1 = V{};
@@ -226,46 +203,35 @@ __attribute__((always_inline)) inline double potential_tile_body(const T* __rest
 
 template <class T>
 double potential_tile_base(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
-#if defined(__AVX__)
-  return potential_tile_body<T, 32>(xt, d, c, closest, w, out);
-#else
-  return potential_tile_body<T, 16>(xt, d, c, closest, w, out);
-#endif
+  return potential_tile_body<T, simd::kBaselineBytes>(xt, d, c, closest, w, out);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define GPUML_KMEANS_AVX2_DISPATCH 1
+#if GPUML_HOST_AVX2_DISPATCH
 template <class T>
-__attribute__((target("avx2,fma"))) double potential_tile_avx2(const T* xt, std::int64_t d, const T* c, const T* closest,
-                                                               const T* w, T* out) {
+GPUML_HOST_AVX2 double potential_tile_avx2(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w,
+                                           T* out) {
   return potential_tile_body<T, 32>(xt, d, c, closest, w, out);
 }
 
 template <class T>
-__attribute__((target("avx2,fma"))) void argmin_tile_avx2(const T* xt, std::int64_t d, const T* cm2, const T* cn,
-                                                          std::int64_t k, T* best, std::int32_t* label) {
+GPUML_HOST_AVX2 void argmin_tile_avx2(const T* xt, std::int64_t d, const T* cm2, const T* cn, std::int64_t k, T* best,
+                                      std::int32_t* label) {
   argmin_tile_body<T, 32>(xt, d, cm2, cn, k, best, label);
 }
 #endif
+#if !defined(__clang__)
 #pragma GCC pop_options
-
-inline bool cpu_has_avx2_fma() {
-#ifdef GPUML_KMEANS_AVX2_DISPATCH
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
 #endif
-}
-#endif  // GPUML_KMEANS_VECTOR_KERNEL
+#undef GPUML_HOST_CONTRACT_FAST
+#endif  // GPUML_HOST_VECTORS
 
 /// k-means++ candidate tile: out[i] = min(closest[i], ||x_i - c||^2) for the 256 samples of xt (d x 256,
 /// zero-padded; w zero in the padding); returns sum_i w[i] * out[i].
 template <class T>
 double potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
-#ifdef GPUML_KMEANS_VECTOR_KERNEL
-#ifdef GPUML_KMEANS_AVX2_DISPATCH
-  if (cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, w, out);
+#if GPUML_HOST_VECTORS
+#if GPUML_HOST_AVX2_DISPATCH
+  if (simd::cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, w, out);
 #endif
   return potential_tile_base<T>(xt, d, c, closest, w, out);
 #else
@@ -287,7 +253,7 @@ double potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest,
 /// the running minimum and its index.
 template <class T>
 struct ChunkScratch {
-#ifdef GPUML_KMEANS_VECTOR_KERNEL
+#if GPUML_HOST_VECTORS
   std::vector<T> xt;
   explicit ChunkScratch(Eigen::Index, Eigen::Index d) : xt(static_cast<std::size_t>(d * kChunk), T(0)) {}
 #else
@@ -311,7 +277,7 @@ template <class T>
 void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, const Matrix<T>& C,
                   const CentreTerms<T>& terms, ChunkScratch<T>& s) {
   const Eigen::Index k = C.rows(), d = C.cols();
-#ifdef GPUML_KMEANS_VECTOR_KERNEL
+#if GPUML_HOST_VECTORS
   T* xt = s.xt.data();
   for (std::int64_t i = 0; i < m; ++i) {
     const T* x = X.data() + (begin + i) * X.outerStride();
@@ -319,8 +285,8 @@ void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, co
   }
   if (m < kChunk)
     for (std::int64_t f = 0; f < d; ++f) std::fill(xt + f * kChunk + m, xt + (f + 1) * kChunk, T(0));
-#ifdef GPUML_KMEANS_AVX2_DISPATCH
-  if (cpu_has_avx2_fma()) {
+#if GPUML_HOST_AVX2_DISPATCH
+  if (simd::cpu_has_avx2_fma()) {
     argmin_tile_avx2<T>(xt, d, terms.minus2.data(), terms.norms.data(), k, s.best, s.label);
     return;
   }

@@ -16,6 +16,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/host/simd.hpp>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -100,31 +101,27 @@ std::vector<T> squared_norms(const MatrixView<T>& X) {
 // Eigen picks its SIMD width at compile time, so a generic x86-64 build would run its GEMM on SSE2 only. When
 // the CPU has AVX2 and FMA but the build does not, the GEMM metrics use this register-blocked kernel instead:
 // S(i, j) = sum_f Q(i, f) * Dt(f, j) for up to 6 query rows x 2 vectors of database columns, accumulated in
-// order over f with one FMA per lane, so identical database rows get identical values.
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX2__)
+// order over f with one FMA per lane, so identical database rows get identical values (host/simd.hpp's vectors
+// and run-time dispatch).
+#if GPUML_HOST_AVX2_DISPATCH && !defined(__AVX2__)
 #define GPUML_KNN_AVX2_DISPATCH 1
-inline bool cpu_has_avx2_fma() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-}
-
 template <class T>
 struct Avx2 {
-  typedef T V __attribute__((vector_size(32), aligned(4)));
+  using V = typename simd::Vec<T, 32>::V;
   static constexpr int lanes = 32 / sizeof(T);
 };
 
 template <class T, int R>
-__attribute__((target("avx2,fma"))) inline void tile_avx2(const T* q, Index ldq, const T* dt, Index ldd, Index d,
-                                                          T* s, Index lds) {
+GPUML_HOST_AVX2 inline void tile_avx2(const T* q, Index ldq, const T* dt, Index ldd, Index d, T* s, Index lds) {
   using V = typename Avx2<T>::V;
   constexpr int L = Avx2<T>::lanes;
   V acc0[R], acc1[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = V{};
   for (Index f = 0; f < d; ++f) {
-    const V b0 = *reinterpret_cast<const V*>(dt + f * ldd);
-    const V b1 = *reinterpret_cast<const V*>(dt + f * ldd + L);
+    V b0, b1;
+    simd::load(b0, dt + f * ldd);
+    simd::load(b1, dt + f * ldd + L);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const V a = V{} + q[r * ldq + f];
@@ -139,16 +136,16 @@ __attribute__((target("avx2,fma"))) inline void tile_avx2(const T* q, Index ldq,
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    *reinterpret_cast<V*>(s + r * lds) = acc0[r];
-    *reinterpret_cast<V*>(s + r * lds + L) = acc1[r];
+    simd::store(s + r * lds, acc0[r]);
+    simd::store(s + r * lds + L, acc1[r]);
   }
 }
 
 /// S (ni x ncols, row-major, leading dimension lds) = Q (ni x d, leading dimension ldq) * Dt (d x ncols,
 /// leading dimension ldd); ncols a multiple of 2 * Avx2<T>::lanes.
 template <class T>
-__attribute__((target("avx2,fma"))) void gemm_avx2(const T* q, Index ldq, Index ni, const T* dt, Index ldd,
-                                                   Index ncols, Index d, T* s, Index lds) {
+GPUML_HOST_AVX2 void gemm_avx2(const T* q, Index ldq, Index ni, const T* dt, Index ldd, Index ncols, Index d, T* s,
+                               Index lds) {
   constexpr Index W = 2 * Avx2<T>::lanes;
   for (Index j = 0; j < ncols; j += W) {
     Index i = 0;
@@ -165,7 +162,6 @@ __attribute__((target("avx2,fma"))) void gemm_avx2(const T* q, Index ldq, Index 
 }
 #else
 #define GPUML_KNN_AVX2_DISPATCH 0
-inline bool cpu_has_avx2_fma() { return false; }
 template <class T>
 void gemm_avx2(const T*, Index, Index, const T*, Index, Index, Index, T*, Index) {}
 template <class T>
@@ -252,7 +248,7 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   const ArrayMap qinv_arr(qinv.data(), static_cast<Index>(qinv.size()));
   const ArrayMap dn_arr(dn.data(), static_cast<Index>(dn.size()));
   const ArrayMap dinv_arr(dinv.data(), static_cast<Index>(dinv.size()));
-  const bool avx2 = use_gemm && cpu_has_avx2_fma();
+  const bool avx2 = use_gemm && GPUML_KNN_AVX2_DISPATCH && simd::cpu_has_avx2_fma();
 
   auto task = [&](std::int64_t t, std::int64_t, std::int64_t) {
     const Index chunk = t / n_slabs, slab = t % n_slabs;

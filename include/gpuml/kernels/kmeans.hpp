@@ -309,4 +309,12 @@ Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers)
   return engine.labels();
 }
 
+/// Nearest centre of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.
+template <class T, class Policy = kmeans_default_policy>
+double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
+  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()));
+  engine.assign(centers);
+  return engine.inertia(centers);
+}
+
 }  // namespace gpuml::kernels

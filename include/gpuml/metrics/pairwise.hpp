@@ -1,4 +1,4 @@
-// Public pairwise kernels, as in sklearn.metrics.pairwise: one call, any backend, same results.
+// Public pairwise kernels, as in sklearn.metrics.pairwise: one call, any backend (engine chosen by gpuml::run_on).
 #pragma once
 
 #include <gpuml/core/backend.hpp>
@@ -13,8 +13,9 @@ namespace gpuml {
 template <class T>
 Vector<T> row_sq_norms(MatrixView<T> X, const Backend& backend = default_backend()) {
   checks::data(X, "X");
-  if (backend.is_host()) return host::row_sq_norms<T>(X);
-  return kernels::row_sq_norms<T>(*backend.device(), X);
+  return run_on<T>(
+      backend, "row_sq_norms", [&] { return kernels::row_sq_norms<T>(*backend.device(), X); },
+      [&] { return host::row_sq_norms<T>(X); });
 }
 
 /// D(i, j) = ||x_i - y_j||^2 (via the norm expansion, clamped at 0), for X (n x d) and Y (m x d).
@@ -23,8 +24,9 @@ Matrix<T> pairwise_sq_distances(MatrixView<T> X, MatrixView<T> Y, const Backend&
   checks::data(X, "X");
   checks::data(Y, "Y");
   checks::same_features(X.cols(), Y.cols(), "Y");
-  if (backend.is_host()) return host::pairwise_sq_distances<T>(X, Y);
-  return kernels::pairwise_sq_distances<T, Policy>(*backend.device(), X, Y);
+  return run_on<T>(
+      backend, "pairwise_sq_distances", [&] { return kernels::pairwise_sq_distances<T, Policy>(*backend.device(), X, Y); },
+      [&] { return host::pairwise_sq_distances<T>(X, Y); });
 }
 
 }  // namespace gpuml

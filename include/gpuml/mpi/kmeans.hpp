@@ -240,19 +240,20 @@ class KMeans {
         problem = "shards disagree on the scalar type (float32 against float64)";
     }
     comm_.check(comm_.rank() == 0 ? problem : std::string());
+    double weight_sum = 0;
     comm_.guarded([&] {
+      algorithms::check_kmeans_params(p);
       if (n_local > 0) checks::data(X, "X");
       checks::same_length(n_local, sample_weight.size(), "sample_weight");
-      checks::finite(sample_weight, "sample_weight");
-      for (Eigen::Index i = 0; i < sample_weight.size(); ++i)
-        if (sample_weight[i] < 0) throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-      if (p.n_clusters < 1) throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
-      if (p.max_iter < 1) throw invalid_input("max_iter must be >= 1, got " + std::to_string(p.max_iter));
-      if (!(p.tol >= 0)) throw invalid_input("tol must be a finite number >= 0");
+      weight_sum = algorithms::check_sample_weight(sample_weight).sum;
       if (!p.init_centers)
         throw unsupported("distributed KMeans takes initial centres (init_centers); k-means++ and random seeding "
                           "across ranks are not built yet");
     });
+    std::vector<double> total_weight{weight_sum};
+    comm_.sum(total_weight);
+    if (!(total_weight[0] > 0))  // the same on every rank: all of them check
+      comm_.check("sample_weight sums to zero; at least one sample needs a positive weight");
     const std::int64_t n = comm_.sum(n_local), d = features[0], k = p.n_clusters;
     const auto first_rows = comm_.gather(n_local);
     std::int64_t first = 0;
@@ -265,35 +266,21 @@ class KMeans {
     comm_.guarded([&] {
       if (comm_.rank() != 0) return;
       const Matrix<double>& c = *p.init_centers;
-      if (c.rows() != k || c.cols() != d)
-        throw invalid_input("The shape of the initial centers (" + std::to_string(c.rows()) + ", " +
-                            std::to_string(c.cols()) + ") does not match the number of clusters " + std::to_string(k) +
-                            " and the number of features " + std::to_string(d));
-      checks::finite(c, "init_centers");
+      algorithms::check_init_centers<T>(c, k, d);
       std::copy_n(c.data(), init.size(), init.data());
     });
     MPI_Bcast(init.data(), static_cast<int>(init.size()), MPI_DOUBLE, 0, comm_.get());
 
-    // Mean and tolerance over all rows (float64 sums across ranks), then centring in T as one process does.
-    std::vector<double> moments(static_cast<std::size_t>(d), 0.0);
-    for (std::int64_t i = 0; i < n_local; ++i)
-      for (std::int64_t f = 0; f < d; ++f) moments[static_cast<std::size_t>(f)] += double(X(i, f));
-    comm_.sum(moments);
-    Eigen::RowVectorXd mean(d);
-    for (std::int64_t f = 0; f < d; ++f) mean[f] = moments[static_cast<std::size_t>(f)] / double(n);
-    double tol_absolute = 0;
-    if (p.tol != 0) {
-      std::vector<double> var(static_cast<std::size_t>(d), 0.0);
-      for (std::int64_t i = 0; i < n_local; ++i)
-        for (std::int64_t f = 0; f < d; ++f) {
-          const double e = double(X(i, f)) - mean[f];
-          var[static_cast<std::size_t>(f)] += e * e;
-        }
-      comm_.sum(var);
-      double total = 0;
-      for (double v : var) total += v / double(n);
-      tol_absolute = total / double(d) * p.tol;
-    }
+    // Mean and tolerance over all rows: each rank's column sums (as one process makes them over its rows), added
+    // across ranks in float64; then centring in T as one process does.
+    auto summed = [&](const Eigen::RowVectorXd& local) {
+      std::vector<double> v(local.data(), local.data() + local.size());
+      comm_.sum(v);
+      return Eigen::RowVectorXd(Eigen::Map<const Eigen::RowVectorXd>(v.data(), d));
+    };
+    const Eigen::RowVectorXd mean = summed(algorithms::column_sums(X, nullptr)) / double(n);
+    const double tol_absolute =
+        p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(summed(algorithms::column_sums(X, &mean)), double(n), p.tol);
     const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
     const Matrix<T> Xc = X.rowwise() - mean_t;
     Matrix<T> start = Eigen::Map<const Matrix<double>>(init.data(), k, d).template cast<T>().rowwise() - mean_t;
@@ -316,20 +303,17 @@ class KMeans {
       detail::DistributedLloyd<std::decay_t<decltype(local)>, T> engine(comm_, local, Xc, sample_weight, first);
       r = algorithms::lloyd_loop<T>(engine, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose, on_iteration);
     };
-    vulkan::Device* device = backend_.is_vulkan() && n_local > 0 ? backend_.device() : nullptr;
     std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
     std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
     comm_.guarded([&] {
-      if (device) {
-        try {
-          on_device.emplace(*device, Xc, sample_weight.data(), static_cast<std::uint32_t>(k));
-          on_device->reset_labels();
-          return;
-        } catch (const unsupported& e) {
-          warn_once(std::string(e.what()) + "; running on the host backend");
-        }
-      }
-      on_host.emplace(Xc, sample_weight);
+      const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
+      run_on<T>(
+          local, "distributed KMeans",
+          [&] {
+            on_device.emplace(*local.device(), Xc, sample_weight.data(), static_cast<std::uint32_t>(k));
+            on_device->reset_labels();
+          },
+          [&] { on_host.emplace(Xc, sample_weight); });
     });
     if (on_device) run(*on_device);
     else run(*on_host);

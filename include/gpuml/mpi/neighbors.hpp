@@ -78,7 +78,6 @@ class NearestNeighbors {
 
     // This rank's k best (fewer where its part is smaller), as (value, global index) pairs padded to k.
     const Metric metric = parse_metric(params_.metric);
-    const bool larger_first = metric_is_similarity(metric);
     std::vector<double> mine(static_cast<std::size_t>(m * k * 2), -1.0);
     comm_.guarded([&] {
       const auto local_rows = local_.fitted() ? local_.n_samples_fit() : 0;
@@ -94,26 +93,23 @@ class NearestNeighbors {
     std::vector<double> all(mine.size() * static_cast<std::size_t>(comm_.size()));
     MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
                   MPI_DOUBLE, comm_.get());
-    KnnResult<T> out{Matrix<T>(m, k), IndexMatrix(m, k)};
-    std::vector<std::pair<T, std::int64_t>> cand;
-    for (std::int64_t i = 0; i < m; ++i) {
-      cand.clear();
-      for (int r = 0; r < comm_.size(); ++r)
-        for (int c = 0; c < k; ++c) {
-          const std::size_t at = static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>((i * k + c) * 2);
-          if (all[at + 1] < 0) continue;
-          const T v = static_cast<T>(all[at]);
-          cand.emplace_back(larger_first ? -v : v, static_cast<std::int64_t>(all[at + 1]));
+    // Each rank's list as a part with global row numbers (padding dropped), merged as one process merges shards.
+    std::vector<KnnResult<T>> parts(static_cast<std::size_t>(comm_.size()));
+    const std::vector<Eigen::Index> first(parts.size(), 0);
+    for (int r = 0; r < comm_.size(); ++r) {
+      const double* rank_list = all.data() + static_cast<std::size_t>(r) * mine.size();
+      int kk = 0;
+      while (m > 0 && kk < k && rank_list[static_cast<std::size_t>(kk * 2 + 1)] >= 0) ++kk;
+      KnnResult<T>& part = parts[static_cast<std::size_t>(r)];
+      part.distances.resize(m, kk);
+      part.indices.resize(m, kk);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (int c = 0; c < kk; ++c) {
+          part.distances(i, c) = static_cast<T>(rank_list[static_cast<std::size_t>((i * k + c) * 2)]);
+          part.indices(i, c) = static_cast<std::int64_t>(rank_list[static_cast<std::size_t>((i * k + c) * 2 + 1)]);
         }
-      std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
-      for (int c = 0; c < k; ++c) {
-        T v = larger_first ? -cand[static_cast<std::size_t>(c)].first : cand[static_cast<std::size_t>(c)].first;
-        if (metric == Metric::euclidean) v = std::sqrt(std::max(v, T(0)));
-        out.distances(i, c) = v;
-        out.indices(i, c) = cand[static_cast<std::size_t>(c)].second;
-      }
     }
-    return out;
+    return algorithms::merge_parts<T>(parts, first, m, k, metric);
   }
 
   std::int64_t n_samples_fit() const noexcept { return n_; }
@@ -125,7 +121,7 @@ class NearestNeighbors {
   /// Each rank searches euclidean as squared distances: the merge orders by the values the engines sort by (two
   /// squared distances can share a square root), and the square root comes last, as in the engines' finish.
   static NeighborsParams searched_params(NeighborsParams p) {
-    if (parse_metric(p.metric) == Metric::euclidean) p.metric = "sqeuclidean";
+    if (algorithms::part_metric(parse_metric(p.metric)) == Metric::sqeuclidean) p.metric = "sqeuclidean";
     return p;
   }
 

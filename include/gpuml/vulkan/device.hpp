@@ -15,6 +15,28 @@
 
 namespace gpuml::vulkan {
 
+/// A Vulkan device that the application created and owns, handed to gpuml (gpuml::external_backend) so gpuml runs
+/// on it. gpuml creates its own objects on it (buffers, pipelines, command pools, fences) and destroys them all when
+/// its last estimator or backend using the device is gone; it never destroys the instance or the device. The
+/// application keeps them alive until then, and does not use `queue` from another thread while gpuml records or
+/// submits (Vulkan's external-synchronisation rule: give gpuml a queue of its own to share nothing).
+/// The application says which features it enabled at vkCreateDevice; gpuml uses no other.
+struct ExternalDevice {
+  VkInstance instance = VK_NULL_HANDLE;
+  std::uint32_t instance_api_version = VK_API_VERSION_1_1;  ///< VkApplicationInfo::apiVersion of the instance
+  VkPhysicalDevice physical_device = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  VkQueue queue = VK_NULL_HANDLE;        ///< a queue of `queue_family`, which must support compute
+  std::uint32_t queue_family = 0;
+  bool shader_float64 = false;           ///< VkPhysicalDeviceFeatures::shaderFloat64 (float64 data on the device)
+  bool shader_int64 = false;             ///< shaderInt64
+  bool subgroup_size_control = false;    ///< subgroupSizeControl (Vulkan 1.3 or VK_EXT_subgroup_size_control)
+  bool shader_float16 = false;           ///< shaderFloat16
+  bool cooperative_matrix_nv = false;    ///< VK_NV_cooperative_matrix's cooperativeMatrix
+  bool vulkan_memory_model = false;      ///< vulkanMemoryModel
+  bool vulkan_memory_model_device_scope = false;  ///< vulkanMemoryModelDeviceScope (needed with the memory model)
+};
+
 class Device {
  public:
   Device(std::shared_ptr<Instance> instance, const DeviceInfo& info) : instance_(std::move(instance)), info_(info) {
@@ -78,36 +100,48 @@ class Device {
     di.ppEnabledExtensionNames = extensions.data();
     check(f.vkCreateDevice(info.handle, &di, nullptr, &device_), "vkCreateDevice");
     f.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
-    f.vkGetPhysicalDeviceMemoryProperties(info.handle, &memory_);
-
-
-    if (pipeline_cache_enabled()) cache_path_ = pipeline_cache_path(info_);
-    const std::vector<char> initial = read_file_bytes(cache_path_);
-    VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-    ci.initialDataSize = initial.size();
-    ci.pInitialData = initial.empty() ? nullptr : initial.data();
-    VkPipelineCache cache = VK_NULL_HANDLE;
-    // Drivers ignore stale data (the header carries the UUID), but be safe and retry empty on failure.
-    if (f.vkCreatePipelineCache(device_, &ci, nullptr, &cache) != VK_SUCCESS) {
-      ci.initialDataSize = 0;
-      ci.pInitialData = nullptr;
-      check(f.vkCreatePipelineCache(device_, &ci, nullptr, &cache), "vkCreatePipelineCache");
+    try {
+      finish_setup();
+    } catch (...) {
+      f.vkDestroyDevice(device_, nullptr);  // the destructor does not run for a constructor that throws
+      throw;
     }
-    pipeline_cache_ = PipelineCacheHandle(device_, cache);
-    std::lock_guard lock(live_mutex());
-    live().insert(this);
-    static const bool hook = [] {
-      std::atexit(+[] {
-        {
-          std::lock_guard l(live_mutex());
-          for (Device* d : live()) d->release();
-        }
-        Instance::check_strict_validation();
-        process_exiting() = true;  // objects outliving their device are not destroyed through Vulkan
-      });
-      return true;
-    }();
-    (void)hook;
+  }
+
+  /// A device the application created and owns (see ExternalDevice): gpuml creates and destroys its own objects
+  /// on it, never the device, and uses only the features the application says it enabled.
+  Device(std::shared_ptr<Instance> instance, const ExternalDevice& external)
+      : instance_(std::move(instance)), owned_(false) {
+    if (!external.physical_device || !external.device || !external.queue)
+      throw invalid_input("ExternalDevice: physical_device, device and queue must all be set");
+    const DeviceInfo* found = nullptr;
+    for (const auto& d : instance_->devices())
+      if (d.handle == external.physical_device) found = &d;
+    if (!found)
+      throw invalid_input("ExternalDevice: physical_device is not a Vulkan 1.1 device of the given instance");
+    if (external.vulkan_memory_model && !external.vulkan_memory_model_device_scope)
+      throw unsupported("ExternalDevice: vulkanMemoryModel is enabled without vulkanMemoryModelDeviceScope, which "
+                        "gpuml's shaders need for their buffer atomics once the memory model is on");
+    auto& f = fn();
+    std::uint32_t nq = 0;
+    f.vkGetPhysicalDeviceQueueFamilyProperties(external.physical_device, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> families(nq);
+    f.vkGetPhysicalDeviceQueueFamilyProperties(external.physical_device, &nq, families.data());
+    if (external.queue_family >= nq || !(families[external.queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+      throw invalid_input("ExternalDevice: queue family " + std::to_string(external.queue_family) +
+                          " has no compute capability");
+    info_ = *found;
+    // Only what the application enabled (a feature the device has but the application did not enable is absent).
+    info_.float64 = info_.float64 && external.shader_float64;
+    info_.int64 = info_.int64 && external.shader_int64;
+    info_.subgroup_size_control = info_.subgroup_size_control && external.subgroup_size_control;
+    info_.coop_matrix_f16 = info_.coop_matrix_f16 && external.cooperative_matrix_nv && external.shader_float16 &&
+                            external.vulkan_memory_model && external.vulkan_memory_model_device_scope;
+    device_ = external.device;
+    queue_ = external.queue;
+    queue_family_ = external.queue_family;
+    timestamps_ = families[queue_family_].timestampValidBits > 0 && info_.timestamp_period_ns > 0;
+    finish_setup();
   }
 
   ~Device() {
@@ -121,12 +155,14 @@ class Device {
   /// teardown, while static destructors may run after it (a segfault seen with NVIDIA's driver).
   void release() {
     if (!device_ || process_exiting()) return;
-    fn().vkDeviceWaitIdle(device_);
+    // An application's device may be busy with the application's own work (and waiting on it all would need every
+    // queue of it): gpuml's own submissions are complete, each having waited on its fence.
+    if (owned_) fn().vkDeviceWaitIdle(device_);
     save_pipeline_cache();
     kernels_.clear();
     recent_.clear();
     pipeline_cache_.reset();
-    fn().vkDestroyDevice(device_, nullptr);
+    if (owned_) fn().vkDestroyDevice(device_, nullptr);
     device_ = VK_NULL_HANDLE;
     Instance::check_strict_validation();  // the layer reports objects never destroyed here
   }
@@ -134,6 +170,8 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   const DeviceInfo& info() const noexcept { return info_; }
+  /// Whether gpuml created this device (and destroys it), or runs on the application's.
+  bool owned() const noexcept { return owned_; }
   VkDevice handle() const noexcept { return device_; }
   VkQueue queue() const noexcept { return queue_; }
   std::uint32_t queue_family() const noexcept { return queue_family_; }
@@ -213,6 +251,40 @@ class Device {
   }
 
  private:
+  /// What both constructors share once the device and its queue exist: memory types, the pipeline cache, and the
+  /// registry the exit hook walks.
+  void finish_setup() {
+    auto& f = fn();
+    f.vkGetPhysicalDeviceMemoryProperties(info_.handle, &memory_);
+    if (pipeline_cache_enabled()) cache_path_ = pipeline_cache_path(info_);
+    const std::vector<char> initial = read_file_bytes(cache_path_);
+    VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    ci.initialDataSize = initial.size();
+    ci.pInitialData = initial.empty() ? nullptr : initial.data();
+    VkPipelineCache cache = VK_NULL_HANDLE;
+    // Drivers ignore stale data (the header carries the UUID), but be safe and retry empty on failure.
+    if (f.vkCreatePipelineCache(device_, &ci, nullptr, &cache) != VK_SUCCESS) {
+      ci.initialDataSize = 0;
+      ci.pInitialData = nullptr;
+      check(f.vkCreatePipelineCache(device_, &ci, nullptr, &cache), "vkCreatePipelineCache");
+    }
+    pipeline_cache_ = PipelineCacheHandle(device_, cache);
+    std::lock_guard lock(live_mutex());
+    live().insert(this);
+    static const bool hook = [] {
+      std::atexit(+[] {
+        {
+          std::lock_guard l(live_mutex());
+          for (Device* d : live()) d->release();
+        }
+        Instance::check_strict_validation();
+        process_exiting() = true;  // objects outliving their device are not destroyed through Vulkan
+      });
+      return true;
+    }();
+    (void)hook;
+  }
+
   static std::set<Device*>& live() {
     static auto* const devices = new std::set<Device*>();  // never destroyed: used by the exit hook
     return *devices;
@@ -223,6 +295,7 @@ class Device {
   }
 
   std::shared_ptr<Instance> instance_;  // outlives the device
+  bool owned_ = true;                   // false: the application's device, never destroyed here
   DeviceInfo info_;
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;

@@ -5,6 +5,7 @@
 #include <gpuml/vulkan/loader.hpp>
 #include <gpuml/vulkan/result.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -109,7 +110,17 @@ class Instance {
     return *cached;
   }
 
+  /// An instance the application created and owns (gpuml never destroys it). `api_version` is the apiVersion it
+  /// was created with. Its physical devices are described as gpuml's own are.
+  static std::shared_ptr<Instance> adopt(VkInstance instance, std::uint32_t api_version) {
+    if (!instance) throw invalid_input("ExternalDevice: instance is VK_NULL_HANDLE");
+    if (!load_vulkan_library()) throw unsupported("no Vulkan loader (libvulkan.so.1) found");
+    load_instance_functions(instance, /*only_missing=*/true);
+    return std::shared_ptr<Instance>(new Instance(instance, api_version));
+  }
+
   ~Instance() {
+    if (!owned_) return;
     auto& f = fn();
     if (messenger_) f.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
     if (instance_) f.vkDestroyInstance(instance_, nullptr);
@@ -135,8 +146,15 @@ class Instance {
   std::uint32_t api_version() const { return api_version_; }
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
   const std::vector<DeviceInfo>& devices() const { return devices_; }
+  /// Whether gpuml created this instance (and destroys it), or adopted the application's.
+  bool owned() const { return owned_; }
 
  private:
+  Instance(VkInstance external, std::uint32_t api_version)
+      : instance_(external), api_version_(std::max<std::uint32_t>(api_version, VK_API_VERSION_1_1)), owned_(false) {
+    enumerate();
+  }
+
   Instance() {
     if (!load_vulkan_library()) throw error("no Vulkan loader (libvulkan.so.1) found");
     auto& f = fn();
@@ -358,6 +376,7 @@ class Instance {
   VkInstance instance_ = VK_NULL_HANDLE;
   VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
   std::uint32_t api_version_ = VK_API_VERSION_1_1;
+  bool owned_ = true;
   std::vector<DeviceInfo> devices_;
 };
 

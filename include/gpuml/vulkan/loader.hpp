@@ -145,10 +145,13 @@ inline bool load_vulkan_library() {
   return loaded;
 }
 
-/// Resolves instance-level and device-level entry points through the instance (dispatching trampolines).
-inline void load_instance_functions(VkInstance instance) {
+/// Resolves instance-level and device-level entry points through the instance. The loader returns dispatching
+/// trampolines, valid for every device of every instance of this loader; `only_missing` keeps entries already
+/// resolved (an application's instance, which may lack gpuml's extensions, never replaces gpuml's own).
+inline void load_instance_functions(VkInstance instance, bool only_missing = false) {
   Functions& f = fn();
-#define GPUML_VK_LOAD(name) f.name = reinterpret_cast<PFN_##name>(f.vkGetInstanceProcAddr(instance, #name));
+#define GPUML_VK_LOAD(name) \
+  if (!only_missing || !f.name) f.name = reinterpret_cast<PFN_##name>(f.vkGetInstanceProcAddr(instance, #name));
   GPUML_VK_INSTANCE_FUNCTIONS(GPUML_VK_LOAD)
   GPUML_VK_DEVICE_FUNCTIONS(GPUML_VK_LOAD)
 #undef GPUML_VK_LOAD
