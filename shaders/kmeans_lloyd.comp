@@ -18,15 +18,15 @@
 #include "common.glsl"
 #include "kmeans_lloyd.h"
 
-layout(constant_id = kSpecThreads) const uint THREADS = 128;   // a multiple of 32
-layout(constant_id = kSpecSamplesPerThread) const uint SPT = 4;         // samples per thread per tile
-layout(constant_id = kSpecCentresPerThread) const uint KT = 8;          // centres per register tile
-layout(constant_id = kSpecCentreTile) const uint KS = 128;        // centres per shared tile (a multiple of KT)
-layout(constant_id = kSpecFeatureTile) const uint DS = 16;         // features per shared tile
-layout(constant_id = kSpecClusters) const uint K = 8;           // clusters
-layout(constant_id = kSpecFeatures) const uint D = 2;           // features
-layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;  // 1: partial sums in shared memory; 0: in the group's global region
-layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
+layout(constant_id = kSpecThreads) const uint THREADS = 128;     // a multiple of 32
+layout(constant_id = kSpecSamplesPerThread) const uint SPT = 4;  // samples per thread per tile
+layout(constant_id = kSpecCentresPerThread) const uint KT = 8;   // centres per register tile
+layout(constant_id = kSpecCentreTile) const uint KS = 128;       // centres per shared tile (a multiple of KT)
+layout(constant_id = kSpecFeatureTile) const uint DS = 16;       // features per shared tile
+layout(constant_id = kSpecClusters) const uint K = 8;            // clusters
+layout(constant_id = kSpecFeatures) const uint D = 2;            // features
+layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
@@ -44,7 +44,7 @@ layout(std430, binding = kBindingCentres) readonly buffer CBuf { scalar C[]; };
 layout(std430, binding = kBindingCentreNorms) readonly buffer CNormBuf { scalar cnorm[]; };
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
 layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { scalar partials[]; };
-layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };  // bit 0: a label changed; bit 1: loop limit hit
+layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
 
 shared scalar4 Cs[KS * DS4];

@@ -12,10 +12,10 @@
 #include "common.glsl"
 #include "kmeans_plus_plus.h"
 
-layout(constant_id = kSpecThreads) const uint THREADS = 128;  // a power of two
-layout(constant_id = kSpecSamplesPerThread) const uint SPT = 8;        // samples per thread per tile
-layout(constant_id = kSpecFeatures) const uint D = 2;          // features
-layout(constant_id = kSpecTrials) const uint TRIALS = 2;     // candidates per round
+layout(constant_id = kSpecThreads) const uint THREADS = 128;        // a power of two
+layout(constant_id = kSpecSamplesPerThread) const uint SPT = 8;     // samples per thread per tile
+layout(constant_id = kSpecFeatures) const uint D = 2;               // features
+layout(constant_id = kSpecTrials) const uint TRIALS = 2;            // candidates per round
 layout(constant_id = kSpecMode) const uint MODE = kModePotentials;
 layout(local_size_x_id = kSpecThreads) in;
 

@@ -14,9 +14,9 @@
 #include "knn_gather.h"
 
 layout(constant_id = kSpecThreads) const uint THREADS = 256;
-layout(constant_id = kSpecCapacity) const uint CAP = 4096;  // list slots that fit in shared memory (a power of two)
+layout(constant_id = kSpecCapacity) const uint CAP = 4096;
 layout(constant_id = kSpecExact) const uint EXACT = 0;
-layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NONE = 0xffffffffu;
@@ -32,7 +32,7 @@ layout(std430, binding = kBindingRows) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = kBindingRows) readonly buffer XBuf4 { scalar4 X4[]; };
 layout(std430, binding = kBindingQueryNorms) readonly buffer QNormBuf { scalar qn[]; };
 layout(std430, binding = kBindingRowNorms) readonly buffer XNormBuf { scalar xn[]; };
-layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };  // LOOP_GUARD: set when the loop limit was hit
+layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
 shared scalar sv[CAP];
 shared uint si[CAP];

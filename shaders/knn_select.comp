@@ -43,7 +43,7 @@ layout(constant_id = kSpecTN) const uint TN = 8;
 layout(constant_id = kSpecBK) const uint BK = 16;
 layout(constant_id = kSpecMetric) const uint METRIC = kMetricSqeuclidean;
 layout(constant_id = kSpecAppend) const uint APPEND = 0;
-layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(local_size_x_id = kSpecWX, local_size_y_id = kSpecWY) in;
 
 const uint NONE = 0xffffffffu;

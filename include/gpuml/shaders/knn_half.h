@@ -16,7 +16,9 @@ GPUML_CONSTANT(kPairsPerGroup, 256)  // the workgroup size: one float16 pair per
 
 // n rows of d features in, rows_out rows of dpad features (a multiple of 16) out, each element times scale;
 // terms: 1 to write the rows' terms too.
-GPUML_PUSH_CONSTANTS(Push) { uint n; uint d; uint dpad; uint rows_out; float scale; uint terms; } GPUML_PUSH_INSTANCE(p);
+GPUML_PUSH_CONSTANTS(Push) {
+  uint n; uint d; uint dpad; uint rows_out; float scale; uint terms;
+} GPUML_PUSH_INSTANCE(p);
 GPUML_CHECK_PUSH(Push, 6)
 GPUML_SHADER_INTERFACE_END
 
