@@ -125,7 +125,9 @@ int run(const Options& o, const gpuml::Backend& backend) {
   vk::upload_rows<T>(dev, ybuf, 0, Y, 0, m);
   const double upload_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   t0 = Clock::now();
-  const auto& kernel = dev.kernel({gpuml::kernels::DistanceShaders<T>::pairwise(), 5, 16, Policy::constants()});
+  namespace shader = gpuml::shader_interface::pairwise_sq_distances;
+  const auto& kernel = dev.kernel({gpuml::kernels::DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push),
+                                   Policy::constants()});
   const double pipeline_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
   auto record = [&](vk::Commands& cmds) {
@@ -137,7 +139,7 @@ int run(const Options& o, const gpuml::Backend& backend) {
     for (std::uint64_t b = 0; b < blocks; ++b) {
       const std::uint64_t r0 = b * bx, rows = std::min<std::uint64_t>(bx, n - r0);
       if (b) cmds.barrier();  // the blocks share the output buffer
-      const std::uint32_t push[4] = {std::uint32_t(rows), std::uint32_t(m), std::uint32_t(d), std::uint32_t(m)};
+      const shader::Push push{.n = std::uint32_t(rows), .m = std::uint32_t(m), .d = std::uint32_t(d), .ldd = std::uint32_t(m)};
       cmds.dispatch(kernel,
                     {vk::BufferSlice(xbuf, r0 * d * s, rows * d * s), ybuf, vk::BufferSlice(xn, r0 * s, rows * s), yn,
                      vk::BufferSlice(dbuf, 0, rows * m * s)},

@@ -3,17 +3,17 @@
 // Per-workgroup partial inertia sum_i w_i ||x_i - c_{l_i}||^2, from differences (exact 0 when x == c), reduced
 // in a fixed order inside the group; the host adds the groups' partials in double.
 #include "common.glsl"
+#include "kmeans_inertia.h"
 
-layout(constant_id = 0) const uint THREADS = 128;  // a power of two
-layout(constant_id = 1) const uint D = 2;
-layout(local_size_x_id = 0) in;
+layout(constant_id = kSpecThreads) const uint THREADS = 128;  // a power of two
+layout(constant_id = kSpecFeatures) const uint D = 2;
+layout(local_size_x_id = kSpecThreads) in;
 
-layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
-layout(std430, binding = 2) readonly buffer LabelBuf { uint labels[]; };
-layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
-layout(std430, binding = 4) writeonly buffer OutBuf { scalar partial[]; };
-layout(push_constant) uniform Push { uint rows; uint groups; uint partial_base; } p;
+layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = kBindingLabels) readonly buffer LabelBuf { uint labels[]; };
+layout(std430, binding = kBindingCentres) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = kBindingPartials) writeonly buffer OutBuf { scalar partial[]; };
 
 shared scalar red[THREADS];
 

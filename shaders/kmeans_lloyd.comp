@@ -16,17 +16,18 @@
 // 6.4 ms; k = 32 5.5 against 5.0 ms and k = 127 8.06 against 7.92 ms (the extra pass and splits that do not pay);
 // splitting every round instead is slower still there (6.0 and 9.5 ms).
 #include "common.glsl"
+#include "kmeans_lloyd.h"
 
-layout(constant_id = 0) const uint THREADS = 128;   // a multiple of 32
-layout(constant_id = 1) const uint SPT = 4;         // samples per thread per tile
-layout(constant_id = 2) const uint KT = 8;          // centres per register tile
-layout(constant_id = 3) const uint KS = 128;        // centres per shared tile (a multiple of KT)
-layout(constant_id = 4) const uint DS = 16;         // features per shared tile
-layout(constant_id = 5) const uint K = 8;           // clusters
-layout(constant_id = 6) const uint D = 2;           // features
-layout(constant_id = 7) const uint ACC_SHARED = 1;  // 1: partial sums in shared memory; 0: in the group's global region
-layout(constant_id = 8) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
-layout(local_size_x_id = 0) in;
+layout(constant_id = kSpecThreads) const uint THREADS = 128;     // a multiple of 32
+layout(constant_id = kSpecSamplesPerThread) const uint SPT = 4;  // samples per thread per tile
+layout(constant_id = kSpecCentresPerThread) const uint KT = 8;   // centres per register tile
+layout(constant_id = kSpecCentreTile) const uint KS = 128;       // centres per shared tile (a multiple of KT)
+layout(constant_id = kSpecFeatureTile) const uint DS = 16;       // features per shared tile
+layout(constant_id = kSpecClusters) const uint K = 8;            // clusters
+layout(constant_id = kSpecFeatures) const uint D = 2;            // features
+layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
 const uint NDS = (D + DS - 1) / DS;
@@ -36,21 +37,15 @@ const uint DW = D + 1;  // a partial row: D weighted sums, then the weight
 const uint TILE = THREADS * SPT;
 const uint DS4 = (DS + 3) / 4;  // a shared centre row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
 
-layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
-layout(std430, binding = 2) buffer LabelBuf { uint labels[]; };
-layout(std430, binding = 3) readonly buffer CBuf { scalar C[]; };
-layout(std430, binding = 4) readonly buffer CNormBuf { scalar cnorm[]; };
+layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = kBindingLabels) buffer LabelBuf { uint labels[]; };
+layout(std430, binding = kBindingCentres) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = kBindingCentreNorms) readonly buffer CNormBuf { scalar cnorm[]; };
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
-layout(std430, binding = 5) coherent buffer PartialBuf { scalar partials[]; };
-layout(std430, binding = 6) buffer StatusBuf { uint status[]; };  // bit 0: a label changed; bit 1: loop limit hit
+layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { scalar partials[]; };
+layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
-layout(push_constant) uniform Push {
-  uint rows;          // samples in this chunk
-  uint groups;        // workgroups in this dispatch
-  uint partial_base;  // partial row-block of this dispatch's first workgroup
-  uint update;        // 0: labels only (predict, the final E-step)
-} p;
 
 shared scalar4 Cs[KS * DS4];
 shared scalar Cn[KS];
@@ -247,6 +242,6 @@ void main() {
       for (uint f = 0; f < DW; ++f) partials[region + c * DW + f] = Acc[c * DW + f];
   if (any_changed) atomicOr(group_changed, 1u);
   barrier();
-  if (t == 0 && group_changed != 0u) atomicOr(status[0], 1u);
-  if (LOOP_GUARD != 0u && loop_limit_reached(p.rows)) atomicOr(status[0], 2u);
+  if (t == 0 && group_changed != 0u) atomicOr(status[0], kStatusLabelChanged);
+  if (LOOP_GUARD != 0u && loop_limit_reached(p.rows)) atomicOr(status[0], kStatusLoopLimit);
 }

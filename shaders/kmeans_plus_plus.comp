@@ -10,28 +10,22 @@
 // every sum runs in a fixed order (per thread over its samples, then a tree in shared memory): results are
 // bitwise reproducible without float atomics.
 #include "common.glsl"
+#include "kmeans_plus_plus.h"
 
-layout(constant_id = 0) const uint THREADS = 128;  // a power of two
-layout(constant_id = 1) const uint SPT = 8;        // samples per thread per tile
-layout(constant_id = 2) const uint D = 2;          // features
-layout(constant_id = 3) const uint TRIALS = 2;     // candidates per round
-layout(constant_id = 4) const uint MODE = 0;       // 0: potentials, 1: commit
-layout(local_size_x_id = 0) in;
+layout(constant_id = kSpecThreads) const uint THREADS = 128;        // a power of two
+layout(constant_id = kSpecSamplesPerThread) const uint SPT = 8;     // samples per thread per tile
+layout(constant_id = kSpecFeatures) const uint D = 2;               // features
+layout(constant_id = kSpecTrials) const uint TRIALS = 2;            // candidates per round
+layout(constant_id = kSpecMode) const uint MODE = kModePotentials;
+layout(local_size_x_id = kSpecThreads) in;
 
 const uint TILE = THREADS * SPT;
 
-layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 1) readonly buffer WBuf { scalar W[]; };
-layout(std430, binding = 2) buffer ClosestBuf { scalar closest[]; };
-layout(std430, binding = 3) readonly buffer CandBuf { scalar cand[]; };
-layout(std430, binding = 4) writeonly buffer OutBuf { scalar out_[]; };
-layout(push_constant) uniform Push {
-  uint rows;       // samples in this chunk
-  uint groups;     // workgroups in this dispatch
-  uint out_base;   // potentials: partial row of the first workgroup; commit: global index of the chunk's first tile
-  uint candidate;  // commit: the candidate kept
-  uint first;      // commit: 1 for the first centre (no earlier distance to compare with)
-} p;
+layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
+layout(std430, binding = kBindingClosest) buffer ClosestBuf { scalar closest[]; };
+layout(std430, binding = kBindingCandidates) readonly buffer CandBuf { scalar cand[]; };
+layout(std430, binding = kBindingOut) writeonly buffer OutBuf { scalar out_[]; };
 
 shared scalar red[THREADS];
 
@@ -96,6 +90,6 @@ void commit(uint g, uint ntiles) {
 void main() {
   const uint g = linear_group_id();
   const uint ntiles = (p.rows + TILE - 1) / TILE;
-  if (MODE == 0) potentials(g, ntiles);
+  if (MODE == kModePotentials) potentials(g, ntiles);
   else commit(g, ntiles);
 }

@@ -3,13 +3,13 @@
 // sums[e] = sum over q of partials[q * elements + e], in a fixed order (deterministic): a workgroup takes 32
 // consecutive elements; its LANES rows of threads each sum a fixed stride of q, then combine in lane order.
 #include "common.glsl"
+#include "kmeans_reduce.h"
 
-layout(constant_id = 0) const uint LANES = 8;
-layout(local_size_x = 32, local_size_y_id = 0) in;
+layout(constant_id = kSpecLanes) const uint LANES = 8;
+layout(local_size_x = kElementsPerGroup, local_size_y_id = kSpecLanes) in;
 
-layout(std430, binding = 0) readonly buffer PartialBuf { scalar partials[]; };
-layout(std430, binding = 1) writeonly buffer SumBuf { scalar sums[]; };
-layout(push_constant) uniform Push { uint elements; uint parts; } p;
+layout(std430, binding = kBindingPartials) readonly buffer PartialBuf { scalar partials[]; };
+layout(std430, binding = kBindingSums) writeonly buffer SumBuf { scalar sums[]; };
 
 shared scalar lane_sums[LANES * 32];
 

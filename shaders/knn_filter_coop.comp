@@ -26,27 +26,21 @@
 // Workgroup: 4 subgroups of 32 invocations (the host pins 32), 2 x 2 blocks of 64 x 64.
 #include "common.glsl"
 #include "knn_half_bound.glsl"
+#include "knn_filter_coop.h"
 
 layout(local_size_x = 128) in;
 
-const uint BM = 128, BN = 128, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
+const uint BM = kBlockQueries, BN = kBlockRows, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
 #define F16_16X16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32_16X16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
-layout(std430, binding = 0) readonly restrict buffer QHalf { uint qh[]; };  // BM-padded query rows, float16 pairs
-layout(std430, binding = 1) readonly restrict buffer XHalf { uint xh[]; };  // the block's rows, padded by BN
-layout(std430, binding = 2) readonly restrict buffer QNormBuf { float qn[]; };
-layout(std430, binding = 3) readonly restrict buffer XTermBuf { float xterm[]; };  // per row: half_row_term
-layout(std430, binding = 4) writeonly restrict buffer IdxBuf { uint li[]; };
-layout(std430, binding = 5) buffer ListedBuf { uint listed[]; };
-layout(std430, binding = 6) readonly restrict buffer BoundBuf { float bound_v[]; };
-// m queries, k (the bound's stride), pairs: uints per float16 row, splits as knn_select.comp, base: global index
-// of the block's first row, cap: list slots per query, nb: rows in the block, m2w: -2 / (query scale x row scale),
-// qscale: the queries' scale, d: features.
-layout(push_constant) uniform Push {
-  uint m; uint k; uint pairs; uint split_rows; uint split_stride; uint base; uint cap; uint nb; float m2w;
-  float qscale; uint d;
-} p;
+layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf { uint qh[]; };
+layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf { uint xh[]; };
+layout(std430, binding = kBindingQueryNorms) readonly restrict buffer QNormBuf { float qn[]; };
+layout(std430, binding = kBindingRowTerms) readonly restrict buffer XTermBuf { float xterm[]; };
+layout(std430, binding = kBindingIndices) writeonly restrict buffer IdxBuf { uint li[]; };
+layout(std430, binding = kBindingListed) buffer ListedBuf { uint listed[]; };
+layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { float bound_v[]; };
 
 shared float q_rest[BM];  // per query: half_row_term(|q|^2) - its bound (+inf past the batch)
 const uint SROW = WN + 4, SCRATCH = 16 * SROW;

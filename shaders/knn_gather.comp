@@ -11,30 +11,28 @@
 // pair's value is formed here exactly as knn_select.comp forms it, (|q|^2 + |x|^2) - 2 <q, x> with the dot product
 // one FMA chain over the features in order, so the sort sees the values knn_select.comp's lists would hold.
 #include "common.glsl"
+#include "knn_gather.h"
 
-layout(constant_id = 0) const uint THREADS = 256;
-layout(constant_id = 1) const uint CAP = 4096;  // list slots that fit in shared memory (a power of two)
-layout(constant_id = 2) const uint EXACT = 0;
-layout(constant_id = 3) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
-layout(local_size_x_id = 0) in;
+layout(constant_id = kSpecThreads) const uint THREADS = 256;
+layout(constant_id = kSpecCapacity) const uint CAP = 4096;
+layout(constant_id = kSpecExact) const uint EXACT = 0;
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(local_size_x_id = kSpecThreads) in;
 
 const uint NONE = 0xffffffffu;
 
-layout(std430, binding = 0) readonly buffer ListVal { scalar lv[]; };
-layout(std430, binding = 1) readonly buffer ListIdx { uint li[]; };
-layout(std430, binding = 2) readonly buffer Listed { uint listed[]; };
-layout(std430, binding = 3) writeonly buffer OutVal { scalar ov[]; };
-layout(std430, binding = 4) writeonly buffer OutIdx { uint oi[]; };
-// EXACT: the query batch, the database block, their squared norms.
-layout(std430, binding = 5) readonly buffer QBuf { scalar Q[]; };
-layout(std430, binding = 5) readonly buffer QBuf4 { scalar4 Q4[]; };
-layout(std430, binding = 6) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 6) readonly buffer XBuf4 { scalar4 X4[]; };
-layout(std430, binding = 7) readonly buffer QNormBuf { scalar qn[]; };
-layout(std430, binding = 8) readonly buffer XNormBuf { scalar xn[]; };
-layout(std430, binding = 9) buffer StatusBuf { uint status[]; };  // LOOP_GUARD: set when the loop limit was hit
-// m queries, k kept, cap: list slots per query (at most CAP); EXACT: d features, base: the block's first index.
-layout(push_constant) uniform Push { uint m; uint k; uint cap; uint d; uint base; } p;
+layout(std430, binding = kBindingListValues) readonly buffer ListVal { scalar lv[]; };
+layout(std430, binding = kBindingListIndices) readonly buffer ListIdx { uint li[]; };
+layout(std430, binding = kBindingListed) readonly buffer Listed { uint listed[]; };
+layout(std430, binding = kBindingOutValues) writeonly buffer OutVal { scalar ov[]; };
+layout(std430, binding = kBindingOutIndices) writeonly buffer OutIdx { uint oi[]; };
+layout(std430, binding = kBindingQueries) readonly buffer QBuf { scalar Q[]; };
+layout(std430, binding = kBindingQueries) readonly buffer QBuf4 { scalar4 Q4[]; };
+layout(std430, binding = kBindingRows) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingRows) readonly buffer XBuf4 { scalar4 X4[]; };
+layout(std430, binding = kBindingQueryNorms) readonly buffer QNormBuf { scalar qn[]; };
+layout(std430, binding = kBindingRowNorms) readonly buffer XNormBuf { scalar xn[]; };
+layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
 shared scalar sv[CAP];
 shared uint si[CAP];

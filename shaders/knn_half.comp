@@ -6,17 +6,17 @@
 // squared norm, and +inf past row n, so that padded rows never pass.
 #include "common.glsl"
 #include "knn_half_bound.glsl"
+#include "knn_half.h"
 
-layout(local_size_x = 256) in;
+layout(local_size_x = kPairsPerGroup) in;
 
-layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 1) readonly buffer NormBuf { scalar xn[]; };
-layout(std430, binding = 2) writeonly buffer HalfBuf { uint xh[]; };
-layout(std430, binding = 3) writeonly buffer TermBuf { float term[]; };
-layout(push_constant) uniform Push { uint n; uint d; uint dpad; uint rows_out; float scale; uint terms; } p;
+layout(std430, binding = kBindingRows) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingNorms) readonly buffer NormBuf { scalar xn[]; };
+layout(std430, binding = kBindingHalf) writeonly buffer HalfBuf { uint xh[]; };
+layout(std430, binding = kBindingTerms) writeonly buffer TermBuf { float term[]; };
 
 void main() {
-  const uint pairs = p.dpad / 2, e = linear_group_id() * 256 + gl_LocalInvocationID.x;
+  const uint pairs = p.dpad / 2, e = linear_group_id() * kPairsPerGroup + gl_LocalInvocationID.x;
   if (e >= p.rows_out * pairs) return;
   const uint r = e / pairs, f = 2 * (e % pairs);
   const float a = r < p.n && f < p.d ? float(X[r * p.d + f]) * p.scale : 0.0;

@@ -5,13 +5,13 @@
 // most of them with one compare against the root. Passes with stride 1, G, G^2, ... leave every query's k best
 // of all splits in the heap of split 0. Same (value, index) order as knn_select.
 #include "common.glsl"
+#include "knn_merge.h"
 
-layout(constant_id = 0) const uint THREADS = 64;
-layout(local_size_x_id = 0) in;
+layout(constant_id = kSpecThreads) const uint THREADS = 64;
+layout(local_size_x_id = kSpecThreads) in;
 
-layout(std430, binding = 0) buffer ValBuf { scalar hv[]; };
-layout(std430, binding = 1) buffer IdxBuf { uint hi[]; };
-layout(push_constant) uniform Push { uint m; uint k; uint splits; uint stride; uint group; } p;
+layout(std430, binding = kBindingValues) buffer ValBuf { scalar hv[]; };
+layout(std430, binding = kBindingIndices) buffer IdxBuf { uint hi[]; };
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 

@@ -34,39 +34,33 @@
 // Selection values (smaller is better): 0 sqeuclidean/euclidean |q|^2 + |x|^2 - 2<q,x>; 1 manhattan; 2 chebyshev;
 // 3 cosine clamp(1 - <q,x> qinv xinv, 0, 2) with inv = 0 for a zero row; 4 inner product -<q,x>.
 #include "common.glsl"
+#include "knn_select.h"
 
-layout(constant_id = 0) const uint WX = 16;
-layout(constant_id = 1) const uint WY = 16;
-layout(constant_id = 2) const uint TM = 8;
-layout(constant_id = 3) const uint TN = 8;
-layout(constant_id = 4) const uint BK = 16;
-layout(constant_id = 5) const uint METRIC = 0;
-layout(constant_id = 6) const uint APPEND = 0;
-layout(constant_id = 7) const uint LOOP_GUARD = 0;  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
-layout(local_size_x_id = 0, local_size_y_id = 1) in;
+layout(constant_id = kSpecWX) const uint WX = 16;
+layout(constant_id = kSpecWY) const uint WY = 16;
+layout(constant_id = kSpecTM) const uint TM = 8;
+layout(constant_id = kSpecTN) const uint TN = 8;
+layout(constant_id = kSpecBK) const uint BK = 16;
+layout(constant_id = kSpecMetric) const uint METRIC = kMetricSqeuclidean;
+layout(constant_id = kSpecAppend) const uint APPEND = 0;
+layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(local_size_x_id = kSpecWX, local_size_y_id = kSpecWY) in;
 
-const uint SQEUCLIDEAN = 0, MANHATTAN = 1, CHEBYSHEV = 2, COSINE = 3, INNER_PRODUCT = 4;
 const uint NONE = 0xffffffffu;
 
-layout(std430, binding = 0) readonly buffer QBuf { scalar Q[]; };
-layout(std430, binding = 1) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 2) readonly buffer QNormBuf { scalar qn[]; };
-layout(std430, binding = 3) readonly buffer XNormBuf { scalar xn[]; };
-layout(std430, binding = 4) buffer ValBuf { scalar hv[]; };
-layout(std430, binding = 5) buffer IdxBuf { uint hi[]; };
-layout(std430, binding = 6) readonly buffer BoundBuf { scalar bound_v[]; };  // the sample pass's merged heaps
-layout(std430, binding = 7) buffer ListedBuf { uint listed[]; };  // APPEND: pairs appended per query
-layout(std430, binding = 8) buffer StatusBuf { uint status[]; };  // LOOP_GUARD: set when the loop limit was hit
-// m queries, n database rows in this block, d features, k kept, split s covers split_rows rows from
-// s * split_stride, base: global index of the block's first row, bounded: 1 to start from the sample's bounds,
-// cap: APPEND's list slots per query.
-layout(push_constant) uniform Push {
-  uint m; uint n; uint d; uint k; uint split_rows; uint base; uint split_stride; uint bounded; uint cap;
-} p;
+layout(std430, binding = kBindingQueries) readonly buffer QBuf { scalar Q[]; };
+layout(std430, binding = kBindingRows) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingQueryNorms) readonly buffer QNormBuf { scalar qn[]; };
+layout(std430, binding = kBindingRowNorms) readonly buffer XNormBuf { scalar xn[]; };
+layout(std430, binding = kBindingValues) buffer ValBuf { scalar hv[]; };
+layout(std430, binding = kBindingIndices) buffer IdxBuf { uint hi[]; };
+layout(std430, binding = kBindingBound) readonly buffer BoundBuf { scalar bound_v[]; };
+layout(std430, binding = kBindingListed) buffer ListedBuf { uint listed[]; };
+layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
 scalar combine(scalar acc, scalar a, scalar b) {
-  if (METRIC == MANHATTAN) return acc + abs(a - b);
-  if (METRIC == CHEBYSHEV) return max(acc, abs(a - b));
+  if (METRIC == kMetricManhattan) return acc + abs(a - b);
+  if (METRIC == kMetricChebyshev) return max(acc, abs(a - b));
   return fma(a, b, acc);
 }
 scalar load_a(uint row, uint f);
@@ -96,7 +90,7 @@ shared uint passed[2];  // per tile parity: bit j set when a value of column j p
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 
 scalar row_aux(scalar sq) {
-  if (METRIC == COSINE) return sq > scalar(0) ? scalar(1) / sqrt(sq) : scalar(0);
+  if (METRIC == kMetricCosine) return sq > scalar(0) ? scalar(1) / sqrt(sq) : scalar(0);
   return sq;
 }
 
@@ -106,7 +100,7 @@ void main() {
   const uint split = gl_WorkGroupID.y;
   const uint c_begin = split * p.split_stride;
   const uint c_end = min(p.n, c_begin + p.split_rows);
-  const bool uses_norms = METRIC == SQEUCLIDEAN || METRIC == COSINE;
+  const bool uses_norms = METRIC == kMetricSqeuclidean || METRIC == kMetricCosine;
 
   for (uint r = tid; r < BM; r += NT) {
     const uint q = row0 + r;
@@ -150,9 +144,9 @@ void main() {
           const uint c = tile_row_b(j);
           const scalar s = acc[i * TN + j];
           scalar v;
-          if (METRIC == SQEUCLIDEAN) v = (qa + xaux[xa + c]) - scalar(2) * s;
-          else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qa * xaux[xa + c]), scalar(0), scalar(2));
-          else if (METRIC == INNER_PRODUCT) v = -s;
+          if (METRIC == kMetricSqeuclidean) v = (qa + xaux[xa + c]) - scalar(2) * s;
+          else if (METRIC == kMetricCosine) v = clamp(scalar(1) - s * (qa * xaux[xa + c]), scalar(0), scalar(2));
+          else if (METRIC == kMetricInnerProduct) v = -s;
           else v = s;
           if (v <= t && col0 + c < c_end) {  // before(v, index, bound, NONE)
             const uint slot = atomicAdd(listed[q], 1u);
@@ -173,9 +167,9 @@ void main() {
         const uint c = tile_row_b(j);
         const scalar s = acc[i * TN + j];
         scalar v;
-        if (METRIC == SQEUCLIDEAN) v = (qaux[r] + xaux[xa + c]) - scalar(2) * s;
-        else if (METRIC == COSINE) v = clamp(scalar(1) - s * (qaux[r] * xaux[xa + c]), scalar(0), scalar(2));
-        else if (METRIC == INNER_PRODUCT) v = -s;
+        if (METRIC == kMetricSqeuclidean) v = (qaux[r] + xaux[xa + c]) - scalar(2) * s;
+        else if (METRIC == kMetricCosine) v = clamp(scalar(1) - s * (qaux[r] * xaux[xa + c]), scalar(0), scalar(2));
+        else if (METRIC == kMetricInnerProduct) v = -s;
         else v = s;
         acc[i * TN + j] = v;
         if (col0 + c < c_end && row0 + r < p.m && before(v, p.base + col0 + c, thr[r], thr_idx[r])) columns |= 1u << j;

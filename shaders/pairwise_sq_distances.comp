@@ -3,20 +3,20 @@
 // D[i, j] = max(|x_i|^2 + |y_j|^2 - 2 <x_i, y_j>, 0) for a block of X rows and a block of Y rows: one
 // (WY*TM) x (WX*TN) block of D per workgroup from the register-blocked tile product (tile_product.glsl).
 #include "common.glsl"
+#include "pairwise_sq_distances.h"
 
-layout(constant_id = 0) const uint WX = 16;
-layout(constant_id = 1) const uint WY = 16;
-layout(constant_id = 2) const uint TM = 8;
-layout(constant_id = 3) const uint TN = 8;
-layout(constant_id = 4) const uint BK = 16;
-layout(local_size_x_id = 0, local_size_y_id = 1) in;
+layout(constant_id = kSpecWX) const uint WX = 16;
+layout(constant_id = kSpecWY) const uint WY = 16;
+layout(constant_id = kSpecTM) const uint TM = 8;
+layout(constant_id = kSpecTN) const uint TN = 8;
+layout(constant_id = kSpecBK) const uint BK = 16;
+layout(local_size_x_id = kSpecWX, local_size_y_id = kSpecWY) in;
 
-layout(std430, binding = 0) readonly buffer XBuf { scalar X[]; };
-layout(std430, binding = 1) readonly buffer YBuf { scalar Y[]; };
-layout(std430, binding = 2) readonly buffer XNormBuf { scalar xn[]; };
-layout(std430, binding = 3) readonly buffer YNormBuf { scalar yn[]; };
-layout(std430, binding = 4) writeonly buffer DBuf { scalar D[]; };
-layout(push_constant) uniform Push { uint n; uint m; uint d; uint ldd; } p;
+layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
+layout(std430, binding = kBindingY) readonly buffer YBuf { scalar Y[]; };
+layout(std430, binding = kBindingXNorms) readonly buffer XNormBuf { scalar xn[]; };
+layout(std430, binding = kBindingYNorms) readonly buffer YNormBuf { scalar yn[]; };
+layout(std430, binding = kBindingDistances) writeonly buffer DBuf { scalar D[]; };
 
 scalar combine(scalar acc, scalar a, scalar b) { return fma(a, b, acc); }
 scalar load_a(uint row, uint f);

@@ -402,7 +402,9 @@ TEST(Tuner, PinnedSubgroupSizeBuildsWhereTheDeviceAllowsIt) {
   // tests) checks the feature is enabled and the size is allowed.
   const auto plan = gpuml::kernels::plan_lloyd<float>(info, tile, 127, 14);
   const std::uint64_t before = gpuml::vulkan::validation_message_count();
-  device->kernel({gpuml::kernels::KMeansShaders<float>::lloyd(), 7, 16, plan.constants(), tile.subgroup_size});
+  namespace shader = gpuml::shader_interface::kmeans_lloyd;
+  device->kernel({gpuml::kernels::KMeansShaders<float>::lloyd(), shader::kBindingCount, sizeof(shader::Push), plan.constants(),
+                  tile.subgroup_size});
   EXPECT_EQ(gpuml::vulkan::validation_message_count(), before);
 }
 

@@ -4,6 +4,8 @@
 
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/kernels/policy.hpp>
+#include <gpuml/shaders/pairwise_sq_distances.h>
+#include <gpuml/shaders/row_sq_norms.h>
 #include <gpuml/shaders/pairwise_sq_distances_f32.hpp>
 #include <gpuml/shaders/pairwise_sq_distances_f64.hpp>
 #include <gpuml/shaders/row_sq_norms_f32.hpp>
@@ -39,7 +41,11 @@ struct DistanceTile {
   static bool can_implement(const vulkan::DeviceInfo& d) {
     return misfit<T>(d).empty();
   }
-  static std::vector<std::uint32_t> constants() { return {WX, WY, TM, TN, BK}; }
+  static std::vector<std::uint32_t> constants() {
+    namespace shader = shader_interface::pairwise_sq_distances;
+    return spec_constants(shader::kSpecCount, {{shader::kSpecWX, WX}, {shader::kSpecWY, WY}, {shader::kSpecTM, TM},
+                                               {shader::kSpecTN, TN}, {shader::kSpecBK, BK}});
+  }
 };
 
 /// Defaults: 128 x 128 output blocks; double halves BK to keep shared memory within 32 KiB (lavapipe's).
@@ -76,11 +82,13 @@ inline constexpr std::uint32_t kNormThreads = 128;
 template <class T>
 void record_row_sq_norms(vulkan::Device& device, vulkan::Commands& cmds, vulkan::BufferSlice x, vulkan::BufferSlice out,
                          std::uint32_t rows, std::uint32_t cols) {
-  const auto& k = device.kernel({DistanceShaders<T>::norms(), 2, 8, {kNormThreads}});
+  namespace shader = shader_interface::row_sq_norms;
+  const auto& k = device.kernel({DistanceShaders<T>::norms(), shader::kBindingCount, sizeof(shader::Push),
+                                 spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kNormThreads}})});
   const auto groups = static_cast<std::uint32_t>(ceil_div(rows, kNormThreads));
   const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
   const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
-  const std::uint32_t push[2] = {rows, cols};
+  const shader::Push push{.rows = rows, .cols = cols};
   cmds.dispatch(k, {x, out}, push, gx, gy);
 }
 
@@ -134,7 +142,8 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
   auto xbuf = device.buffer(bx * d * s), ybuf = device.buffer(by * d * s);
   auto xn = device.buffer(bx * s), yn = device.buffer(by * s);
   auto dbuf = device.buffer(bx * by * s);
-  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), 5, 16, Policy::constants()});
+  namespace shader = shader_interface::pairwise_sq_distances;
+  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push), Policy::constants()});
 
   Matrix<T> D(X.rows(), Y.rows());
   std::vector<T> block_out;
@@ -148,7 +157,7 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
       record_row_sq_norms<T>(device, cmds, xbuf, xn, rows, d);
       record_row_sq_norms<T>(device, cmds, ybuf, yn, cols, d);
       cmds.barrier();
-      const std::uint32_t push[4] = {std::uint32_t(rows), std::uint32_t(cols), std::uint32_t(d), std::uint32_t(cols)};
+      const shader::Push push{.n = std::uint32_t(rows), .m = std::uint32_t(cols), .d = std::uint32_t(d), .ldd = std::uint32_t(cols)};
       cmds.dispatch(kernel, {xbuf, ybuf, xn, yn, dbuf}, push,
                     static_cast<std::uint32_t>(ceil_div(cols, Policy::block_cols)),
                     static_cast<std::uint32_t>(ceil_div(rows, Policy::block_rows)));

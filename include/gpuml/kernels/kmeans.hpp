@@ -7,6 +7,9 @@
 #include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/kernels/distance.hpp>
+#include <gpuml/shaders/kmeans_inertia.h>
+#include <gpuml/shaders/kmeans_lloyd.h>
+#include <gpuml/shaders/kmeans_reduce.h>
 #include <gpuml/shaders/kmeans_inertia_f32.hpp>
 #include <gpuml/shaders/kmeans_inertia_f64.hpp>
 #include <gpuml/shaders/kmeans_lloyd_f32.hpp>
@@ -19,6 +22,11 @@
 #include <vector>
 
 namespace gpuml::kernels {
+
+// The three k-means shaders' interfaces (push constants, bindings, specialisation constants).
+namespace lloyd_interface = shader_interface::kmeans_lloyd;
+namespace reduce_interface = shader_interface::kmeans_reduce;
+namespace inertia_interface = shader_interface::kmeans_inertia;
 
 template <class T>
 struct KMeansShaders {
@@ -43,7 +51,14 @@ struct LloydPlan {
   std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
   std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
   std::uint64_t shared_bytes = 0;
-  std::vector<std::uint32_t> constants() const { return {threads, spt, kt, ks, ds, k, d, acc_shared, loop_guard}; }
+  std::vector<std::uint32_t> constants() const {
+    namespace shader = lloyd_interface;
+    return spec_constants(shader::kSpecCount,
+                          {{shader::kSpecThreads, threads}, {shader::kSpecSamplesPerThread, spt},
+                           {shader::kSpecCentresPerThread, kt}, {shader::kSpecCentreTile, ks},
+                           {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
+                           {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard}});
+  }
   std::uint32_t tile() const { return threads * spt; }
 };
 
@@ -139,9 +154,14 @@ class LloydEngine {
     status_ = device.buffer(16);
     readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
     inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
-    lloyd_ = device.kernel({KMeansShaders<T>::lloyd(), 7, 16, plan_.constants(), tile_params.subgroup_size});
-    reduce_ = device.kernel({KMeansShaders<T>::reduce(), 2, 8, {kReduceLanes}});
-    inertia_ = device.kernel({KMeansShaders<T>::inertia(), 5, 12, {kInertiaThreads, static_cast<std::uint32_t>(d_)}});
+    lloyd_ = device.kernel({KMeansShaders<T>::lloyd(), lloyd_interface::kBindingCount, sizeof(lloyd_interface::Push),
+                            plan_.constants(), tile_params.subgroup_size});
+    reduce_ = device.kernel({KMeansShaders<T>::reduce(), reduce_interface::kBindingCount, sizeof(reduce_interface::Push),
+                             spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, kReduceLanes}})});
+    inertia_ = device.kernel({KMeansShaders<T>::inertia(), inertia_interface::kBindingCount, sizeof(inertia_interface::Push),
+                              spec_constants(inertia_interface::kSpecCount,
+                                             {{inertia_interface::kSpecThreads, kInertiaThreads},
+                                              {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)}})});
   }
 
   const LloydPlan& plan() const { return plan_; }
@@ -171,15 +191,17 @@ class LloydEngine {
     cmds.barrier();
     cmds.timestamp(0);
     for (auto& c : chunks_) {
-      const std::uint32_t push[4] = {std::uint32_t(c.rows), c.groups, c.partial_base, update ? 1u : 0u};
+      const lloyd_interface::Push push{
+          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = c.partial_base, .update = update ? 1u : 0u};
       cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, c.groups);
     }
     cmds.barrier();
     cmds.timestamp(1);
     const std::uint32_t elements = static_cast<std::uint32_t>(std::uint64_t(k_) * (d_ + 1));
     if (update) {
-      const std::uint32_t push[2] = {elements, parts_};
-      cmds.dispatch(*reduce_, {partials_, sums_}, push, static_cast<std::uint32_t>(ceil_div(elements, 32)));
+      const reduce_interface::Push push{.elements = elements, .parts = parts_};
+      cmds.dispatch(*reduce_, {partials_, sums_}, push,
+                    static_cast<std::uint32_t>(ceil_div(elements, reduce_interface::kElementsPerGroup)));
       cmds.barrier();
       cmds.timestamp(2);
       cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * s);
@@ -207,10 +229,10 @@ class LloydEngine {
     }
     std::uint32_t status = 0;
     std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
-    if (status & 2u)
+    if (status & lloyd_interface::kStatusLoopLimit)
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
                         "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
-    return (status & 1u) != 0;
+    return (status & lloyd_interface::kStatusLabelChanged) != 0;
   }
 
   /// lloyd_loop's engine interface.
@@ -226,9 +248,8 @@ class LloydEngine {
     cmds.barrier();
     std::uint32_t groups_total = 0;
     for (auto& c : chunks_) {
-      const std::uint32_t push[3] = {std::uint32_t(c.rows), c.groups, groups_total};
-      cmds.dispatch(*inertia_, {c.x, c.w, c.labels, centres_, inertia_parts_},
-                    push, c.groups);
+      const inertia_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total};
+      cmds.dispatch(*inertia_, {c.x, c.w, c.labels, centres_, inertia_parts_}, push, c.groups);
       groups_total += c.groups;
     }
     cmds.barrier();

@@ -12,6 +12,7 @@
 
 #include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
+#include <gpuml/shaders/kmeans_plus_plus.h>
 #include <gpuml/shaders/kmeans_plus_plus_f32.hpp>
 #include <gpuml/shaders/kmeans_plus_plus_f64.hpp>
 
@@ -22,6 +23,8 @@
 #include <vector>
 
 namespace gpuml::kernels {
+
+namespace plus_plus_interface = shader_interface::kmeans_plus_plus;
 
 template <class T>
 vulkan::ShaderCode plus_plus_shader() {
@@ -73,8 +76,15 @@ class PlusPlusEngine {
     readback_ = device.buffer(std::max<std::uint64_t>({block_sums_.size(), std::uint64_t(parts_) * trials_, trials_ * kBlock}) * s,
                               vulkan::MemoryUse::readback);
     const std::uint32_t d = static_cast<std::uint32_t>(d_);
-    potentials_ = device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 0}});
-    commit_ = device.kernel({plus_plus_shader<T>(), 5, 20, {kThreads, kSamplesPerThread, d, trials_, 1}});
+    namespace shader = plus_plus_interface;
+    auto kernel = [&](std::uint32_t mode) {
+      return device.kernel({plus_plus_shader<T>(), shader::kBindingCount, sizeof(shader::Push),
+                            spec_constants(shader::kSpecCount,
+                                           {{shader::kSpecThreads, kThreads}, {shader::kSpecSamplesPerThread, kSamplesPerThread},
+                                            {shader::kSpecFeatures, d}, {shader::kSpecTrials, trials_}, {shader::kSpecMode, mode}})});
+    };
+    potentials_ = kernel(shader::kModePotentials);
+    commit_ = kernel(shader::kModeCommit);
   }
 
   /// How many chunks X was split into.
@@ -86,7 +96,8 @@ class PlusPlusEngine {
     vulkan::Commands cmds(dev_);
     stage_candidates(cmds, cand);
     for (auto& c : chunks_) {
-      const std::uint32_t push[5] = {std::uint32_t(c.rows), c.groups, c.partial_base, 0, 0};
+      const plus_plus_interface::Push push{
+          .rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.partial_base, .candidate = 0, .first = 0};
       cmds.dispatch(*potentials_, {c.x, c.w, c.closest, cand_, partials_}, push, c.groups);
     }
     cmds.barrier();
@@ -160,7 +171,9 @@ class PlusPlusEngine {
     if (first) stage_candidates(cmds, *first);
     else cmds.barrier();  // after the last round's reads of closest
     for (auto& c : chunks_) {
-      const std::uint32_t push[5] = {std::uint32_t(c.rows), c.groups, std::uint32_t(c.first / kBlock), t, first ? 1u : 0u};
+      const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups,
+                                           .out_base = std::uint32_t(c.first / kBlock), .candidate = t,
+                                           .first = first ? 1u : 0u};
       cmds.dispatch(*commit_, {c.x, c.w, c.closest, cand_, block_mass_}, push, c.groups);
     }
     cmds.barrier();

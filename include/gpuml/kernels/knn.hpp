@@ -46,6 +46,11 @@
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/policy.hpp>
+#include <gpuml/shaders/knn_filter_coop.h>
+#include <gpuml/shaders/knn_gather.h>
+#include <gpuml/shaders/knn_half.h>
+#include <gpuml/shaders/knn_merge.h>
+#include <gpuml/shaders/knn_select.h>
 #include <gpuml/shaders/knn_select_f32.hpp>
 #include <gpuml/shaders/knn_select_f64.hpp>
 #include <gpuml/shaders/knn_merge_f32.hpp>
@@ -72,6 +77,13 @@
 #include <vector>
 
 namespace gpuml::kernels {
+
+// The k-NN shaders' interfaces (push constants, bindings, specialisation constants, metric codes).
+namespace select_interface = shader_interface::knn_select;
+namespace merge_interface = shader_interface::knn_merge;
+namespace gather_interface = shader_interface::knn_gather;
+namespace filter_coop_interface = shader_interface::knn_filter_coop;
+namespace half_interface = shader_interface::knn_half;
 
 /// The tile shape of the k-NN kernel on one device: a workgroup of wx x wy threads computes (wy*tm) queries x
 /// (wx*tn) database rows per tile, tm x tn values per thread (multiples of 4), bk features staged in shared memory
@@ -100,7 +112,11 @@ struct KnnTileParams {
   /// Specialisation constants: the tile, the metric (see knn_metric_code), the mode (1: candidate lists) and the
   /// loop-limit report (CPU devices, see shaders/common.glsl).
   std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false, bool loop_guard = false) const {
-    return {wx, wy, tm, tn, bk, metric_code, append ? 1u : 0u, loop_guard ? 1u : 0u};
+    namespace shader = select_interface;
+    return spec_constants(shader::kSpecCount, {{shader::kSpecWX, wx}, {shader::kSpecWY, wy}, {shader::kSpecTM, tm},
+                                               {shader::kSpecTN, tn}, {shader::kSpecBK, bk}, {shader::kSpecMetric, metric_code},
+                                               {shader::kSpecAppend, append ? 1u : 0u},
+                                               {shader::kSpecLoopGuard, loop_guard ? 1u : 0u}});
   }
 };
 
@@ -223,13 +239,13 @@ using default_knn_policy = knn_default_policy;
 constexpr std::uint32_t knn_metric_code(Metric m) {
   switch (m) {
     case Metric::euclidean:
-    case Metric::sqeuclidean: return 0;
-    case Metric::manhattan: return 1;
-    case Metric::chebyshev: return 2;
-    case Metric::cosine: return 3;
-    case Metric::inner_product: return 4;
+    case Metric::sqeuclidean: return select_interface::kMetricSqeuclidean;
+    case Metric::manhattan: return select_interface::kMetricManhattan;
+    case Metric::chebyshev: return select_interface::kMetricChebyshev;
+    case Metric::cosine: return select_interface::kMetricCosine;
+    case Metric::inner_product: return select_interface::kMetricInnerProduct;
   }
-  return 0;
+  return select_interface::kMetricSqeuclidean;
 }
 
 template <class T>
@@ -258,7 +274,8 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGa
 /// The cooperative-matrix list kernel (shaders/knn_filter_coop.comp): queries and database rows per tile. It runs
 /// the list passes of float32 euclidean and squared euclidean searches on devices with
 /// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
-inline constexpr std::uint32_t kKnnCoopQueries = 128, kKnnCoopRows = 128;
+inline constexpr std::uint32_t kKnnCoopQueries = filter_coop_interface::kBlockQueries,
+                                kKnnCoopRows = filter_coop_interface::kBlockRows;
 
 /// The switches of one k-NN search (comparisons and sweeps; the defaults are the fastest exact search). Config
 /// gives the process's defaults (GPUML_KNN_SAMPLE, GPUML_KNN_APPEND, GPUML_KNN_COOP).
@@ -304,13 +321,9 @@ template <class T>
 void record_half_rows(vulkan::Device& device, vulkan::Commands& cmds, const vulkan::Kernel& half, const vulkan::Buffer& x,
                       const vulkan::Buffer& norms, std::uint64_t n, std::uint64_t d, std::uint64_t rows_out, float scale,
                       const vulkan::Buffer& out, const vulkan::Buffer* terms) {
-  struct {
-    std::uint32_t n, d, dpad, rows_out;
-    float scale;
-    std::uint32_t terms;
-  } push{std::uint32_t(n), std::uint32_t(d), std::uint32_t(ceil_div(d, 16) * 16), std::uint32_t(rows_out), scale,
-         terms ? 1u : 0u};
-  const std::uint64_t groups = ceil_div(rows_out * push.dpad / 2, 256);
+  const half_interface::Push push{.n = std::uint32_t(n), .d = std::uint32_t(d), .dpad = std::uint32_t(ceil_div(d, 16) * 16),
+                                  .rows_out = std::uint32_t(rows_out), .scale = scale, .terms = terms ? 1u : 0u};
+  const std::uint64_t groups = ceil_div(rows_out * push.dpad / 2, half_interface::kPairsPerGroup);
   const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(groups, device.info().max_workgroup_count[0]));
   cmds.dispatch(half, {x, norms, out, terms ? *terms : norms}, push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
 }
@@ -657,9 +670,11 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
     Workspace::fit(device, ws.readback, rb_sample_listed + mb_max * sizeof(std::uint32_t), MemoryUse::readback);
   }
   const auto metric_code = knn_metric_code(metric);
-  const auto& kernel = device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, false, cpu)});
+  const auto& kernel = device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
+                                      tile.constants(metric_code, false, cpu)});
   const auto& status = Workspace::fit(device, ws.status, 16, MemoryUse::readback);
-  const auto& merge = device.kernel({KnnShaders<T>::merge(), 2, 5 * sizeof(std::uint32_t), {kKnnMergeThreads}});
+  const auto& merge = device.kernel({KnnShaders<T>::merge(), merge_interface::kBindingCount, sizeof(merge_interface::Push),
+                                     spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})});
   vulkan::KernelRef appender;
   vulkan::KernelRef gather;
   // Cooperative matrices for the list passes (float32 (squared) euclidean): the filter appends candidates' indices,
@@ -670,16 +685,23 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   if constexpr (std::is_same_v<T, float>) {
     const auto& info = device.info();
     if (slots && coop_lists) {
-      coop = device.kernel({KnnShaders<T>::filter_coop(), 7, 11 * sizeof(std::uint32_t), {},
-                             info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
-      half = device.kernel({KnnShaders<T>::half(), 4, 6 * sizeof(std::uint32_t), {}});
+      coop = device.kernel({KnnShaders<T>::filter_coop(), filter_coop_interface::kBindingCount,
+                            sizeof(filter_coop_interface::Push), spec_constants(filter_coop_interface::kSpecCount, {}),
+                            info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
+      half = device.kernel({KnnShaders<T>::half(), half_interface::kBindingCount, sizeof(half_interface::Push),
+                            spec_constants(half_interface::kSpecCount, {})});
       Workspace::fit(device, ws.query_half, ceil_div(mb_max, kKnnCoopQueries) * kKnnCoopQueries * half_pairs * 4);
     }
   }
   if (slots) {
-    appender = device.kernel({KnnShaders<T>::select(), 9, 9 * sizeof(std::uint32_t), tile.constants(metric_code, true, cpu)});
-    gather = device.kernel({KnnShaders<T>::gather(), 10, 5 * sizeof(std::uint32_t),
-                             {kKnnGatherThreads, static_cast<std::uint32_t>(slots), coop ? 1u : 0u, cpu ? 1u : 0u}});
+    appender = device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
+                              tile.constants(metric_code, true, cpu)});
+    namespace shader = gather_interface;
+    gather = device.kernel({KnnShaders<T>::gather(), shader::kBindingCount, sizeof(shader::Push),
+                            spec_constants(shader::kSpecCount,
+                                           {{shader::kSpecThreads, kKnnGatherThreads},
+                                            {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
+                                            {shader::kSpecExact, coop ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
   }
 
   // The metrics whose values the finish recomputes (and then sorts).
@@ -747,8 +769,8 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       auto merge_heaps = [&](const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t n_splits) {
         for (std::uint64_t stride = 1; stride < n_splits; stride *= pl.merge_group) {
           cmds.barrier();
-          const std::uint32_t mpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(n_splits),
-                                          std::uint32_t(stride), pl.merge_group};
+          const merge_interface::Push mpush{.m = std::uint32_t(mb), .k = std::uint32_t(k), .splits = std::uint32_t(n_splits),
+                                            .stride = std::uint32_t(stride), .group = pl.merge_group};
           cmds.dispatch(merge, {v, i}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
                         static_cast<std::uint32_t>(ceil_div(n_splits, stride * pl.merge_group)));
         }
@@ -781,8 +803,8 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       const bool list_sample = lists && sample.list_splits > 0;
       // The gather of candidate lists (written k-th best first, so its first pair is the bound a heap root gives).
       auto gather_lists = [&](const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
-        const std::uint32_t gpush[5] = {std::uint32_t(mb), std::uint32_t(k), std::uint32_t(slots), std::uint32_t(d),
-                                        std::uint32_t(b0)};
+        const gather_interface::Push gpush{.m = std::uint32_t(mb), .k = std::uint32_t(k), .cap = std::uint32_t(slots),
+                                           .d = std::uint32_t(d), .base = std::uint32_t(b0)};
         const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
         cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i, qbuf, block.x, qn, block.norms, status}, gpush, gx,
                       static_cast<std::uint32_t>(ceil_div(mb, gx)));
@@ -790,8 +812,10 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (list_sample) cmds.fill(ws.sample_listed, 0, mb * sizeof(std::uint32_t), 0u);
       if (bounded) {
-        const std::uint32_t spush[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                        std::uint32_t(sample.rows), std::uint32_t(b0), std::uint32_t(sample.stride), 0u, 0u};
+        const select_interface::Push spush{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
+                                           .k = std::uint32_t(k), .split_rows = std::uint32_t(sample.rows),
+                                           .base = std::uint32_t(b0), .split_stride = std::uint32_t(sample.stride),
+                                           .bounded = 0u, .cap = 0u};
         cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, ws.sample_v, ws.sample_i, ws.sample_v, ws.sample_i, status}, spush,
                       query_tiles, static_cast<std::uint32_t>(sample.splits));
         merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
@@ -801,17 +825,16 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       // A list pass over n_splits splits of split_rows rows, stride apart.
       auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
                            const vulkan::Buffer& from_bound, const vulkan::Buffer& listed) {
-        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                       std::uint32_t(split_rows), std::uint32_t(b0), std::uint32_t(stride), 1u,
-                                       std::uint32_t(slots)};
+        const select_interface::Push push{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
+                                          .k = std::uint32_t(k), .split_rows = std::uint32_t(split_rows),
+                                          .base = std::uint32_t(b0), .split_stride = std::uint32_t(stride),
+                                          .bounded = 1u, .cap = std::uint32_t(slots)};
         if (coop) {
-          struct {
-            std::uint32_t m, k, pairs, split_rows, split_stride, base, cap, nb;
-            float m2w, qscale;
-            std::uint32_t d;
-          } cpush{std::uint32_t(mb), std::uint32_t(k), std::uint32_t(half_pairs), std::uint32_t(split_rows),
-                  std::uint32_t(stride), std::uint32_t(b0), std::uint32_t(slots), std::uint32_t(nb),
-                  -2.0f / (query_scale * xhalf->scale), query_scale, std::uint32_t(d)};
+          const filter_coop_interface::Push cpush{
+              .m = std::uint32_t(mb), .k = std::uint32_t(k), .pairs = std::uint32_t(half_pairs),
+              .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(b0),
+              .cap = std::uint32_t(slots), .nb = std::uint32_t(nb), .m2w = -2.0f / (query_scale * xhalf->scale),
+              .qscale = query_scale, .d = std::uint32_t(d)};
           cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
                         static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
           ++st.coop_passes;
@@ -831,9 +854,10 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
       auto heap_pass = [&](const vulkan::Buffer& from_bound) {
         heaps();
-        const std::uint32_t push[9] = {std::uint32_t(mb), std::uint32_t(nb), std::uint32_t(d), std::uint32_t(k),
-                                       std::uint32_t(pl.split_rows), std::uint32_t(b0), std::uint32_t(pl.split_rows),
-                                       bounded ? 1u : 0u, 0u};
+        const select_interface::Push push{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
+                                          .k = std::uint32_t(k), .split_rows = std::uint32_t(pl.split_rows),
+                                          .base = std::uint32_t(b0), .split_stride = std::uint32_t(pl.split_rows),
+                                          .bounded = bounded ? 1u : 0u, .cap = 0u};
         cmds.dispatch(kernel,
                       {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? from_bound : ws.heap_v, ws.heap_i, status},
                       push, query_tiles, static_cast<std::uint32_t>(splits));

@@ -1,12 +1,16 @@
 // What every tile policy shares: compile-time shape checks, a run-time check against the device's limits
-// (a policy the device cannot run is never dispatched), and sizing helpers for split dispatches.
+// (a policy the device cannot run is never dispatched), sizing helpers for split dispatches, and the
+// specialisation constants a policy maps to.
 #pragma once
 
 #include <gpuml/core/error.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gpuml::kernels {
 
@@ -23,6 +27,24 @@ inline std::string workgroup_misfit(const vulkan::DeviceInfo& device, std::uint3
     return std::to_string(shared_bytes) + " bytes of shared memory exceed the device's " +
            std::to_string(device.max_shared_memory);
   return {};
+}
+
+/// A kernel's specialisation constants from (id, value) pairs, the ids named by its shader's interface header
+/// (kSpec*, <gpuml/shaders/*.h>): every id below `count` set exactly once, so a constant added to a shader cannot
+/// silently keep its default.
+inline std::vector<std::uint32_t> spec_constants(std::uint32_t count,
+                                                 std::initializer_list<std::pair<std::uint32_t, std::uint32_t>> by_id) {
+  std::vector<std::uint32_t> values(count);
+  std::vector<bool> set(count, false);
+  for (const auto& [id, value] : by_id) {
+    if (id >= count || set[id])
+      throw error("specialisation constant " + std::to_string(id) + " is out of range or set twice");
+    set[id] = true;
+    values[id] = value;
+  }
+  if (by_id.size() != count)
+    throw error(std::to_string(by_id.size()) + " of " + std::to_string(count) + " specialisation constants set");
+  return values;
 }
 
 }  // namespace gpuml::kernels
