@@ -1,0 +1,185 @@
+// Tile policies of the Vulkan k-NN kernel (shaders/knn_select.comp): the tile shape, compile-time tiles, the default
+// policy (override, stored winner, catalogue) and the shader's metric codes.
+#pragma once
+
+#include <gpuml/core/config.hpp>
+#include <gpuml/core/metric.hpp>
+#include <gpuml/kernels/policy.hpp>
+#include <gpuml/shaders/knn_select.h>
+#include <gpuml/tuning/device_class.hpp>
+#include <gpuml/tuning/store.hpp>
+#include <gpuml/vulkan/instance.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpuml::kernels {
+
+namespace select_interface = shader_interface::knn_select;
+
+/// The tile shape of the k-NN kernel on one device: a workgroup of wx x wy threads computes (wy*tm) queries x
+/// (wx*tn) database rows per tile, tm x tn values per thread (multiples of 4), bk features staged in shared memory
+/// per step (shaders/tile_product.glsl). Each query has a queue of wx slots in shared memory. groups: how many
+/// workgroups a dispatch aims for (database splits are added until query tiles x splits reaches it; every split
+/// pays a warm-up of about k heap insertions per query, so more is not always faster).
+struct KnnTileParams {
+  std::uint32_t wx, wy, tm, tn, bk, groups = 1024;
+
+  constexpr std::uint32_t block_queries() const { return wy * tm; }
+  constexpr std::uint32_t block_rows() const { return wx * tn; }
+  /// Staging tiles, query and (two tiles of) row norms, thresholds, queue counts and queues, two flags.
+  template <class T>
+  constexpr std::uint64_t shared_bytes() const {
+    const std::uint64_t bq = block_queries(), bn = block_rows();
+    return sizeof(T) * (std::uint64_t(bk) * (bq + 4 + bn + 4) + 2 * bq + 2 * bn) + sizeof(std::uint32_t) * (2 * bq + 2) +
+           (sizeof(T) + sizeof(std::uint32_t)) * bq * wx;
+  }
+  /// Why the device cannot run this tile (empty: it can).
+  template <class T>
+  std::string misfit(const vulkan::DeviceInfo& d) const {
+    if (tm % 4 || tn % 4 || tn > 32 || !wx || !wy || !bk || !groups)
+      return "tm and tn must be multiples of 4 (tn at most 32), the rest positive";
+    return workgroup_misfit(d, wx, wy, shared_bytes<T>());
+  }
+  /// Specialisation constants: the tile, the metric (see knn_metric_code), the mode (1: candidate lists) and the
+  /// loop-limit report (CPU devices, see shaders/common.glsl).
+  std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false, bool loop_guard = false) const {
+    namespace shader = select_interface;
+    return spec_constants(shader::kSpecCount, {{shader::kSpecWX, wx}, {shader::kSpecWY, wy}, {shader::kSpecTM, tm},
+                                               {shader::kSpecTN, tn}, {shader::kSpecBK, bk}, {shader::kSpecMetric, metric_code},
+                                               {shader::kSpecAppend, append ? 1u : 0u},
+                                               {shader::kSpecLoopGuard, loop_guard ? 1u : 0u}});
+  }
+};
+
+/// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups; Lists: bounded
+/// searches may use candidate lists (false: heaps always).
+template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16,
+          std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024, bool Lists = true>
+struct KnnTile {
+  static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
+  static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
+  static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
+  static_assert(TN <= 32, "at most 32 columns per thread (a bit mask of them is kept)");
+  static_assert(MaxK >= 1, "k of at least 1 must be supported");
+  static_assert(TargetGroups >= 1, "at least one workgroup");
+  static constexpr std::uint32_t max_k = MaxK;
+  static constexpr bool candidate_lists = Lists;
+  static constexpr KnnTileParams tile{WX, WY, TM, TN, BK, TargetGroups};
+  template <class T>
+  static KnnTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
+    return tile;
+  }
+  template <class T>
+  static bool can_implement(const vulkan::DeviceInfo& d) {
+    return tile.misfit<T>(d).empty();
+  }
+};
+
+/// The default policy: the GPUML_KNN_TILE override (for sweeps), else the tuner's stored winner for the device,
+/// the problem's shape class and the scalar type (tuning/store.hpp, written by gpuml-tune), else the catalogue.
+/// Catalogue, per device class: NVIDIA 64 queries x 128 rows per tile, 4 x 8 values per thread, 16 features per
+/// step, 8192 target workgroups (the fastest on the H200 at 1M x 128 with k = 10 and k = 100, and within 4% of the
+/// fastest at 10M x 16); other GPUs 128 x 128 with 8 x 8 per thread and 16 features per step where shared memory
+/// allows (35 KiB: AMD and Intel GPUs have 48 KiB or more); CPU devices 8 features per step (lavapipe allows 32 KiB);
+/// float64 uses 64 x 64 tiles to stay within 32 KiB.
+struct knn_default_policy {
+  static constexpr std::uint32_t max_k = 2048;
+  static constexpr bool candidate_lists = true;
+  /// The kernel's name in the tuning store.
+  static constexpr const char* kernel = "knn_select";
+
+  template <class T>
+  static KnnTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+    if (auto tile = from_env<T>(device)) return *tile;
+    if (auto tile = stored<T>(device, k, d)) return *tile;
+    return catalogue<T>(device);
+  }
+
+  template <class T>
+  static KnnTileParams catalogue(const vulkan::DeviceInfo& device) {
+    if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
+    const KnnTileParams nvidia{16, 16, 4, 8, 16, 8192};
+    if (tuning::device_class(device) == tuning::DeviceClass::nvidia && nvidia.misfit<T>(device).empty()) return nvidia;
+    const KnnTileParams wide{16, 16, 8, 8, 16};
+    if (device.type != vulkan::DeviceType::cpu && wide.misfit<T>(device).empty()) return wide;
+    return {16, 16, 8, 8, 8};
+  }
+
+  /// Shape classes, each tuned and stored once: few features (d <= 32) or many, small k (the per-split warm-up
+  /// is short) or large.
+  static std::string shape_class(std::uint64_t k, std::uint64_t d) {
+    return std::string(d <= 32 ? "d<=32" : "d>32") + (k <= 32 ? ",k<=32" : ",k>32");
+  }
+
+  /// The tuning store's form, {wx, wy, tm, tn, bk, groups}, and back.
+  static std::vector<std::uint32_t> to_params(const KnnTileParams& t) { return {t.wx, t.wy, t.tm, t.tn, t.bk, t.groups}; }
+  static std::optional<KnnTileParams> from_params(const std::vector<std::uint32_t>& p) {
+    if (p.size() != 6) return std::nullopt;
+    return KnnTileParams{p[0], p[1], p[2], p[3], p[4], p[5]};
+  }
+  /// "wx,wy,tm,tn,bk,groups": GPUML_KNN_TILE's syntax.
+  static std::string text(const KnnTileParams& t) {
+    std::string s;
+    for (auto v : to_params(t)) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  }
+
+  /// Why `t` is not a usable tile on `device` (empty: it is): the kernel's check plus the register bound.
+  template <class T>
+  static std::string misfit(const vulkan::DeviceInfo& device, const KnnTileParams& t) {
+    if (t.wx > 1024 || t.wy > 1024 || t.bk > 1024 || t.tm > 256 || t.tm * t.tn > 256)
+      return "at most 256 values per thread, 1024 threads or features per dimension";
+    return t.misfit<T>(device);
+  }
+
+  /// Config::knn_tile (GPUML_KNN_TILE), wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
+  /// ignored with a warning (once).
+  template <class T>
+  static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
+    const std::string env = config().knn_tile();
+    if (env.empty()) return std::nullopt;
+    auto values = tuning::parse_tile_list(env.c_str(), (1u << 20));
+    if (values && values->size() == 5) values->push_back(1024);
+    const auto tile = values ? from_params(*values) : std::nullopt;
+    const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
+    if (why.empty()) return tile;
+    tuning::warn_once("ignoring the k-NN tile " + env + " on " + device.name + ": " + why);
+    return std::nullopt;
+  }
+
+  /// The tuner's winner for this device, shape class and scalar type; one that is not a usable tile is ignored
+  /// with a warning (once).
+  template <class T>
+  static std::optional<KnnTileParams> stored(const vulkan::DeviceInfo& device, std::uint64_t k, std::uint64_t d) {
+    const tuning::TuneKey key{kernel, shape_class(k, d), tuning::scalar_name<T>()};
+    const auto p = tuning::stored_params(device, key);
+    if (!p) return std::nullopt;
+    const auto tile = from_params(*p);
+    const std::string why = tile ? misfit<T>(device, *tile) : "expected 6 numbers";
+    if (why.empty()) return tile;
+    tuning::warn_once("ignoring the tuned k-NN tile for " + key.shape + " " + key.scalar + " on " + device.name + ": " + why);
+    return std::nullopt;
+  }
+};
+
+template <class T>
+using default_knn_policy = knn_default_policy;
+
+/// The shader's METRIC constant: euclidean selects on squared distances.
+constexpr std::uint32_t knn_metric_code(Metric m) {
+  switch (m) {
+    case Metric::euclidean:
+    case Metric::sqeuclidean: return select_interface::kMetricSqeuclidean;
+    case Metric::manhattan: return select_interface::kMetricManhattan;
+    case Metric::chebyshev: return select_interface::kMetricChebyshev;
+    case Metric::cosine: return select_interface::kMetricCosine;
+    case Metric::inner_product: return select_interface::kMetricInnerProduct;
+  }
+  return select_interface::kMetricSqeuclidean;
+}
+
+}  // namespace gpuml::kernels
