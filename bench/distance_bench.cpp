@@ -91,12 +91,13 @@ double sampled_error(const T* D, std::int64_t ld, std::int64_t rows, std::int64_
 
 template <class T>
 int run(const Options& o, const gpuml::Backend& backend) {
-  using Policy = gpuml::kernels::default_distance_policy<T>;
+  using Traits = gpuml::kernels::DistanceTileTraits;
   namespace vk = gpuml::vulkan;
   vk::Device& dev = *backend.device();
   const auto& info = dev.info();
   gpuml::kernels::require_scalar_support<T>(dev);
-  if (auto why = Policy::template misfit<T>(info); !why.empty())
+  const auto tile = gpuml::kernels::resolve_tile<Traits, T>(info, {0, static_cast<std::uint32_t>(o.d)});
+  if (std::string why; !gpuml::kernels::can_implement<Traits, T>(info, tile, {0, static_cast<std::uint32_t>(o.d)}, &why))
     throw gpuml::unsupported("the default distance tile cannot run on " + info.name + ": " + why);
 
   const std::int64_t n = o.n, m = o.m, d = o.d;
@@ -105,12 +106,12 @@ int run(const Options& o, const gpuml::Backend& backend) {
   const std::uint64_t max_bytes = std::min<std::uint64_t>(dev.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
   if (std::uint64_t(n) * d * s > max_bytes || std::uint64_t(m) * d * s > max_bytes)
     throw gpuml::unsupported("X or Y exceeds one buffer binding of " + info.name + "; choose a smaller --n/--m/--d");
-  if (gpuml::kernels::ceil_div(std::uint64_t(m), Policy::block_cols) > info.max_workgroup_count[0])
+  if (gpuml::kernels::ceil_div(std::uint64_t(m), tile.block_cols()) > info.max_workgroup_count[0])
     throw gpuml::unsupported("--m exceeds the device's dispatch width; choose a smaller --m");
   // Rows of D per dispatch: as many as one output buffer and the dispatch height allow, a multiple of the tile.
   std::uint64_t bx = std::min<std::uint64_t>(n, max_bytes / (std::uint64_t(m) * s));
-  bx = std::min<std::uint64_t>(bx, std::uint64_t(info.max_workgroup_count[1]) * Policy::block_rows);
-  if (bx < std::uint64_t(n)) bx = bx / Policy::block_rows * Policy::block_rows;
+  bx = std::min<std::uint64_t>(bx, std::uint64_t(info.max_workgroup_count[1]) * tile.block_rows());
+  if (bx < std::uint64_t(n)) bx = bx / tile.block_rows() * tile.block_rows();
   if (bx == 0) throw gpuml::unsupported("one tile row of the output exceeds a buffer; choose a smaller --m");
   const std::uint64_t align = std::max<std::uint64_t>(1, info.min_storage_buffer_offset_alignment);
   if (bx < std::uint64_t(n) && ((bx * s) % align || (bx * d * s) % align))
@@ -127,7 +128,7 @@ int run(const Options& o, const gpuml::Backend& backend) {
   t0 = Clock::now();
   namespace shader = gpuml::shader_interface::pairwise_sq_distances;
   const auto& kernel = dev.kernel({gpuml::kernels::DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push),
-                                   Policy::constants()});
+                                   tile.constants()});
   const double pipeline_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
   auto record = [&](vk::Commands& cmds) {
@@ -143,8 +144,8 @@ int run(const Options& o, const gpuml::Backend& backend) {
       cmds.dispatch(kernel,
                     {vk::BufferSlice(xbuf, r0 * d * s, rows * d * s), ybuf, vk::BufferSlice(xn, r0 * s, rows * s), yn,
                      vk::BufferSlice(dbuf, 0, rows * m * s)},
-                    push, static_cast<std::uint32_t>(gpuml::kernels::ceil_div(std::uint64_t(m), Policy::block_cols)),
-                    static_cast<std::uint32_t>(gpuml::kernels::ceil_div(rows, Policy::block_rows)));
+                    push, static_cast<std::uint32_t>(gpuml::kernels::ceil_div(std::uint64_t(m), tile.block_cols())),
+                    static_cast<std::uint32_t>(gpuml::kernels::ceil_div(rows, tile.block_rows())));
     }
     cmds.timestamp(2);
   };
@@ -202,7 +203,7 @@ int run(const Options& o, const gpuml::Backend& backend) {
   j["m"] = m;
   j["d"] = d;
   j["dtype"] = sizeof(T) == 4 ? "float32" : "float64";
-  j["tile"] = {{"block_rows", Policy::block_rows}, {"block_cols", Policy::block_cols}, {"threads", Policy::threads}};
+  j["tile"] = {{"block_rows", tile.block_rows()}, {"block_cols", tile.block_cols()}, {"threads", tile.threads()}};
   j["row_blocks"] = blocks;
   j["repeats"] = o.repeats;
   j["timing"] = device_timestamps ? "device timestamps" : "host wall clock around submit+wait (no timestamps)";

@@ -295,7 +295,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
     if (backend.is_vulkan()) {  // GPU time per E-step (with partial sums), per reduction, per labelling step
-      const auto& dt = gpuml::kernels::kmeans_device_time();
+      const auto& dt = km.step_times();
       if (dt.e_steps > 0 && dt.e_step_ms >= 0) {
         j["device_e_step_ms"] = dt.e_step_ms / dt.e_steps;
         j["device_reduce_ms"] = dt.reduce_ms / dt.e_steps;

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     options.budget_seconds = o.budget_seconds;
     if (o.min_gain_percent >= 0) options.min_gain = o.min_gain_percent / 100;
     if (o.kernel == "kmeans") options.kernels = {gpuml::kKMeansKernel};
-    if (o.kernel == "knn") options.kernels = {gpuml::kernels::knn_default_policy::kernel};
+    if (o.kernel == "knn") options.kernels = {gpuml::kernels::KnnTileTraits::kernel};
     options.shapes = o.shapes;
     options.float64 = o.float64;
     options.store = !o.no_store;

@@ -1,12 +1,14 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Per-workgroup partial inertia sum_i w_i ||x_i - c_{l_i}||^2, from differences (exact 0 when x == c), reduced
-// in a fixed order inside the group; the host adds the groups' partials in double.
+// in a fixed order inside the group; the host adds the groups' partials in double. As kModeDistances, the
+// distance of every row to every centre (KMeans.transform), from differences too.
 #include "common.glsl"
 #include "kmeans_inertia.h"
 
 layout(constant_id = kSpecThreads) const uint THREADS = 128;  // a power of two
 layout(constant_id = kSpecFeatures) const uint D = 2;
+layout(constant_id = kSpecMode) const uint MODE = kModeInertia;
 layout(local_size_x_id = kSpecThreads) in;
 
 layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
@@ -19,6 +21,19 @@ shared scalar red[THREADS];
 
 void main() {
   const uint t = gl_LocalInvocationID.x, g = linear_group_id();
+  if (MODE == kModeDistances) {
+    const uint pairs = p.rows * p.centres;
+    for (uint q = g * THREADS + t; q < pairs; q += p.groups * THREADS) {
+      const uint i = q / p.centres, j = q - i * p.centres;
+      scalar d2 = scalar(0);
+      for (uint f = 0; f < D; ++f) {
+        const scalar diff = X[i * D + f] - C[j * D + f];
+        d2 += diff * diff;
+      }
+      partial[p.partial_base + q] = sqrt(d2);
+    }
+    return;
+  }
   scalar s = scalar(0);
   for (uint i = g * THREADS + t; i < p.rows; i += p.groups * THREADS) {
     const uint c = labels[i];

@@ -356,3 +356,57 @@ TEST(ExternalDevice, RefusesIncompleteHandles) {
 }
 
 }  // namespace
+
+namespace {
+
+// KMeans.transform runs on the device: distances from differences, the host's to rounding, exactly 0 where a row
+// is a centre; awkward sizes (rows not a multiple of the workgroup, k not a power of two).
+template <class T>
+void transform_matches_host() {
+  auto chosen = fresh_device_backend();
+  if (!chosen) GTEST_SKIP() << "no Vulkan device";
+  const Backend backend = *chosen;
+  if (std::is_same_v<T, double> && !backend.device_info().float64) GTEST_SKIP() << "no float64 on the device";
+  const auto seed = gpuml::testing::test_seed();
+  Matrix<T> X = random_matrix<T>(1031, 11, seed + 9, -4.0, 6.0);
+  const Matrix<T> C = random_matrix<T>(13, 11, seed + 10, -4.0, 6.0);
+  X.row(77) = C.row(5);
+  X.row(1030) = C.row(12);
+  KMeans<T> device({}, backend), host({}, Backend::host());
+  device.set_cluster_centers(C);
+  host.set_cluster_centers(C);
+  const Matrix<T> got = device.transform(X), expected = host.transform(X);
+  EXPECT_TRUE(backend.opened()) << "transform did not use the device";
+  ASSERT_EQ(got.rows(), X.rows());
+  ASSERT_EQ(got.cols(), C.rows());
+  const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-14;
+  for (Eigen::Index i = 0; i < X.rows(); ++i)
+    for (Eigen::Index j = 0; j < C.rows(); ++j)
+      ASSERT_NEAR(got(i, j), expected(i, j), tol * (1 + std::abs(double(expected(i, j))))) << i << "," << j;
+  EXPECT_EQ(got(77, 5), T(0));
+  EXPECT_EQ(got(1030, 12), T(0));
+}
+
+TEST(Backend, TransformOnDeviceFloat) { transform_matches_host<float>(); }
+TEST(Backend, TransformOnDeviceDouble) { transform_matches_host<double>(); }
+
+// A fit's device timing comes back with the fit (KMeans::step_times), one E-step per iteration; the host engine's
+// is empty.
+TEST(Backend, FitReturnsItsDeviceStepTimes) {
+  auto chosen = fresh_device_backend();
+  if (!chosen) GTEST_SKIP() << "no Vulkan device";
+  const Matrix<float> X = random_matrix<float>(997, 6, gpuml::testing::test_seed() + 11);
+  KMeansParams p;
+  p.n_clusters = 7;
+  p.max_iter = 5;
+  p.tol = 0;
+  p.init_centers = X.topRows(7).cast<double>();
+  KMeans<float> device(p, *chosen), host(p, Backend::host());
+  device.fit(X);
+  host.fit(X);
+  EXPECT_EQ(device.step_times().e_steps, device.n_iter());
+  EXPECT_EQ(device.step_times().e_step_each_ms.size(), static_cast<std::size_t>(device.n_iter()));
+  EXPECT_EQ(host.step_times().e_steps, 0);
+}
+
+}  // namespace

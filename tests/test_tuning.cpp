@@ -312,28 +312,68 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   EXPECT_EQ(gpuml::kmeans_catalogue_tile<float>(cpu, 127, 14), gpuml::kmeans_catalogue_tile(cpu));
 }
 
+// ---- the tile-policy system -------------------------------------------------------------------------------
+
+static_assert(gpuml::kernels::TileTraits<gpuml::KMeansTileTraits>);
+static_assert(gpuml::kernels::TileTraits<gpuml::kernels::KnnTileTraits>);
+static_assert(gpuml::kernels::TileTraits<gpuml::kernels::DistanceTileTraits>);
+
+// can_implement answers without throwing and says why, for every kernel's traits; the one resolver gives each
+// kernel's catalogue where nothing overrides or is stored.
+TEST(TilePolicy, CanImplementSaysWhyAndTheResolverFallsToTheCatalogue) {
+  TempCacheDir dir;
+  namespace k = gpuml::kernels;
+  DeviceInfo small = fake_gpu();
+  small.max_shared_memory = 8 * 1024;
+  std::string why;
+  // k-means: a 1024-thread tile cannot hold 127 centres' masks in 8 KiB (plan_lloyd's limit, reported, not thrown).
+  EXPECT_FALSE((k::can_implement<gpuml::KMeansTileTraits, float>(small, {1024, 1, 8, 16, 128}, {127, 14}, &why)));
+  EXPECT_FALSE(why.empty());
+  EXPECT_TRUE((k::can_implement<gpuml::KMeansTileTraits, float>(fake_gpu(), {128, 4, 8, 16, 128}, {127, 14}, &why))) << why;
+  // k-NN and distances: shapes the kernel cannot take, and shared memory beyond the device's.
+  EXPECT_FALSE((k::can_implement<k::KnnTileTraits, float>(fake_gpu(), {16, 16, 6, 8, 16, 1024}, {10, 128}, &why)));
+  EXPECT_NE(why.find("multiples of 4"), std::string::npos) << why;
+  EXPECT_FALSE((k::can_implement<k::DistanceTileTraits, double>(small, {16, 16, 8, 8, 16}, {0, 128}, &why)));
+  EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
+  EXPECT_TRUE((k::can_implement<k::DistanceTileTraits, float>(fake_gpu(), {16, 16, 8, 8, 16}, {0, 128}, &why))) << why;
+  // Nothing stored, no override: the catalogues.
+  EXPECT_EQ((k::resolve_tile<gpuml::KMeansTileTraits, float>(fake_gpu(), {127, 14})),
+            gpuml::kmeans_catalogue_tile<float>(fake_gpu(), 127, 14));
+  EXPECT_EQ(k::KnnTileTraits::encode(k::resolve_tile<k::KnnTileTraits, float>(fake_gpu(), {10, 128})),
+            k::KnnTileTraits::encode(k::KnnTileTraits::catalogue<float>(fake_gpu())));
+  EXPECT_EQ(k::DistanceTileTraits::encode(k::resolve_tile<k::DistanceTileTraits, double>(fake_gpu(), {0, 128})),
+            (std::vector<std::uint32_t>{16, 16, 8, 8, 8}));
+  // A runtime tile is used while its Use lives, then the catalogue again.
+  {
+    gpuml::RuntimeKMeansTile::Use use({64, 2, 4, 8, 128});
+    EXPECT_EQ(gpuml::RuntimeKMeansTile::params<float>(fake_gpu(), 127, 14), (KMeansTileParams{64, 2, 4, 8, 128}));
+  }
+  EXPECT_EQ(gpuml::RuntimeKMeansTile::params<float>(fake_gpu(), 127, 14), gpuml::kmeans_catalogue_tile<float>(fake_gpu(), 127, 14));
+}
+
 // ---- k-NN ----------------------------------------------------------------------------------------------------
 
 using KnnPolicy = gpuml::kernels::knn_default_policy;
+using KnnTraits = gpuml::kernels::KnnTileTraits;
 using gpuml::kernels::KnnTileParams;
-tuning::Params P(const KnnTileParams& t) { return KnnPolicy::to_params(t); }
+tuning::Params P(const KnnTileParams& t) { return KnnTraits::encode(t); }
 
 TEST(KnnPolicy, OverrideThenStoredWinnerThenCatalogue) {
   TempCacheDir dir;
   const DeviceInfo gpu = fake_gpu();
   const KnnTileParams winner{16, 8, 8, 8, 8, 2048};
   tuning::TuningStore store;
-  store.put(gpu, {KnnPolicy::kernel, "d>32,k<=32", "f32"}, P(winner), 1.0);
+  store.put(gpu, {KnnTraits::kernel, "d>32,k<=32", "f32"}, P(winner), 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  const KnnTileParams catalogue = KnnPolicy::catalogue<float>(gpu);
+  const KnnTileParams catalogue = KnnTraits::catalogue<float>(gpu);
   ASSERT_NE(P(winner), P(catalogue));
 
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner));
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 32, 33)), P(winner)) << "the same shape class";
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(catalogue)) << "another shape class";
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue)) << "another shape class";
-  EXPECT_EQ(P(KnnPolicy::params<double>(gpu, 10, 128)), P(KnnPolicy::catalogue<double>(gpu))) << "no float64 winner";
+  EXPECT_EQ(P(KnnPolicy::params<double>(gpu, 10, 128)), P(KnnTraits::catalogue<double>(gpu))) << "no float64 winner";
   {
     gpuml::ScopedConfig off(gpuml::config().set_tuning(false));
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(catalogue));
@@ -359,12 +399,12 @@ TEST(KnnPolicy, StoredEntriesThatCannotRunGiveTheCatalogue) {
   TempCacheDir dir;
   const DeviceInfo gpu = fake_gpu();
   tuning::TuningStore store;
-  store.put(gpu, {KnnPolicy::kernel, "d<=32,k<=32", "f32"}, {16, 16, 8, 8}, 1.0);                // not a tile
-  store.put(gpu, {KnnPolicy::kernel, "d<=32,k>32", "f32"}, {16, 16, 6, 8, 8, 1024}, 1.0);         // tm not a multiple of 4
-  store.put(gpu, {KnnPolicy::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{32, 32, 8, 8, 16}), 1.0);  // > 48 KiB shared
+  store.put(gpu, {KnnTraits::kernel, "d<=32,k<=32", "f32"}, {16, 16, 8, 8}, 1.0);                // not a tile
+  store.put(gpu, {KnnTraits::kernel, "d<=32,k>32", "f32"}, {16, 16, 6, 8, 8, 1024}, 1.0);         // tm not a multiple of 4
+  store.put(gpu, {KnnTraits::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{32, 32, 8, 8, 16}), 1.0);  // > 48 KiB shared
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  const KnnTileParams catalogue = KnnPolicy::catalogue<float>(gpu);
+  const KnnTileParams catalogue = KnnTraits::catalogue<float>(gpu);
   CapturedWarnings warnings;
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue));
@@ -373,7 +413,7 @@ TEST(KnnPolicy, StoredEntriesThatCannotRunGiveTheCatalogue) {
   }
   EXPECT_EQ(warnings.messages.size(), 3u) << "one warning per entry";
   // A valid entry for the same device is used.
-  store.put(gpu, {KnnPolicy::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{8, 8, 8, 8, 16, 512}), 1.0);
+  store.put(gpu, {KnnTraits::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{8, 8, 8, 8, 16, 512}), 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
   EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(KnnTileParams{8, 8, 8, 8, 16, 512}));
@@ -567,14 +607,14 @@ TEST(Tuner, KnnProblemsOnCpuDevicesAreCutLikeRealSearches) {
     EXPECT_EQ(range.probe, range.max) << shape;
     const std::uint64_t m = tuning::knn_queries(info, s);
     for (const auto& p : tuning::knn_candidates(info, shape)) {
-      const auto tile = KnnPolicy::from_params(p);
+      const auto tile = KnnTraits::decode(p);
       ASSERT_TRUE(tile);
-      if (!KnnPolicy::misfit<float>(info, *tile).empty()) continue;
-      EXPECT_NE(m % tile->block_queries(), 0u) << shape << " " << KnnPolicy::text(*tile);
+      if (!KnnTraits::shape_misfit<float>(info, *tile).empty()) continue;
+      EXPECT_NE(m % tile->block_queries(), 0u) << shape << " " << KnnTraits::text(*tile);
       const auto plan = gpuml::kernels::knn_detail::plan<float, KnnPolicy>(*device, *tile, range.max, m, s.d, s.k);
       const std::uint64_t groups = (m + tile->block_queries() - 1) / tile->block_queries() * plan.splits;
-      EXPECT_GE(groups, 4u) << shape << " " << KnnPolicy::text(*tile);
-      EXPECT_GE(plan.splits, 2u) << shape << " " << KnnPolicy::text(*tile);
+      EXPECT_GE(groups, 4u) << shape << " " << KnnTraits::text(*tile);
+      EXPECT_GE(plan.splits, 2u) << shape << " " << KnnTraits::text(*tile);
     }
   }
 }
@@ -631,7 +671,7 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   const auto& info = device->info();
   tuning::TuneOptions options;
   options.budget_seconds = 4;
-  options.kernels = {KnnPolicy::kernel};
+  options.kernels = {KnnTraits::kernel};
   options.shapes = {"d<=32,k<=32"};
   const auto report = tuning::tune(*device, options);
   ASSERT_EQ(report.shapes.size(), 1u);
@@ -643,7 +683,7 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   EXPECT_EQ(report.store_path, dir.store_file());
 
   // gpuml now uses the winner by default.
-  const auto winner = KnnPolicy::from_params(r.candidates[r.winner].params);
+  const auto winner = KnnTraits::decode(r.candidates[r.winner].params);
   ASSERT_TRUE(winner);
   EXPECT_EQ(P(KnnPolicy::params<float>(info, 10, 16)), P(*winner));
 
@@ -652,10 +692,10 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   const Matrix<float> Q = gpuml::testing::random_matrix<double>(70, 16, 82, -1.0, 1.0).cast<float>();
   const auto tuned = gpuml::kernels::knn_search<float>(*device, X, Q, 10, gpuml::Metric::euclidean);
   for (int other : {0, r.worst}) {
-    const auto tile = KnnPolicy::from_params(r.candidates[other].params);
+    const auto tile = KnnTraits::decode(r.candidates[other].params);
     tuning::RuntimeKnnTile::Use use(*tile);
     const auto found = gpuml::kernels::knn_search<float, tuning::RuntimeKnnTile>(*device, X, Q, 10, gpuml::Metric::euclidean);
-    EXPECT_TRUE((found.indices.array() == tuned.indices.array()).all()) << "tile " << KnnPolicy::text(*tile);
+    EXPECT_TRUE((found.indices.array() == tuned.indices.array()).all()) << "tile " << KnnTraits::text(*tile);
   }
 }
 

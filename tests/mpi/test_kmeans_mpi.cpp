@@ -83,7 +83,25 @@ TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
         gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
         many.fit(X.middleRows(first, rows));
         const std::string what = b.name + (last_empty ? " last shard empty" : "") + (with_empty_clusters ? " relocation" : "");
-        EXPECT_TRUE(many.labels() == one.labels().segment(first, rows)) << what;
+        // The host engine's labels agree exactly. A device's float32 E-step rounds differently from the host's, and
+        // the ranks' partial sums round centres differently from one process's: labels may then differ only for a
+        // sample whose two centres are within that rounding of each other.
+        const gpuml::Labels expected = one.labels().segment(first, rows);
+        if (b.backend.is_host() || std::is_same_v<T, double>) {
+          EXPECT_TRUE(many.labels() == expected) << what;
+        } else {
+          Eigen::Index differ = 0;
+          for (Eigen::Index i = 0; i < rows; ++i) {
+            if (many.labels()[i] == expected[i]) continue;
+            ++differ;
+            const Eigen::RowVectorXd x = X.row(first + i).template cast<double>();
+            const auto& C = one.cluster_centers();
+            const double a = (x - C.row(many.labels()[i]).template cast<double>()).squaredNorm();
+            const double c = (x - C.row(expected[i]).template cast<double>()).squaredNorm();
+            EXPECT_LE(std::abs(a - c), 1e-4 * (1 + x.squaredNorm())) << what << ": sample " << first + i << " is no near-tie";
+          }
+          EXPECT_LE(differ, rows / 100) << what;
+        }
         EXPECT_EQ(many.n_iter(), one.n_iter()) << what;
         const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
         EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << what;

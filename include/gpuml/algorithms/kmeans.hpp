@@ -120,6 +120,15 @@ inline double absolute_tolerance(const Eigen::RowVectorXd& squared_deviation_sum
 }
 
 
+/// GPU time of a fit's steps, as a device engine measured it with timestamps (all zero for the host engine, negative
+/// where the queue has no timestamps): where the iterations spend the device.
+struct StepTimes {
+  double e_step_ms = 0, reduce_ms = 0;  ///< E-steps with partial sums (one per iteration), and their reductions
+  double labels_ms = 0;                 ///< E-steps that only label (the final one, predict)
+  int e_steps = 0, label_steps = 0;
+  std::vector<double> e_step_each_ms;   ///< per iteration, in order
+};
+
 template <class T>
 struct LloydResult {
   Matrix<T> centers;
@@ -128,6 +137,7 @@ struct LloydResult {
   int n_iter = 0;
   bool strict_convergence = false;
   double iteration_seconds = 0.0;  ///< wall time of the E+M iterations alone (no data transfer, final E-step, inertia)
+  StepTimes step_times;            ///< the engine's own timing of its steps, where it keeps one
 };
 
 /// The engine operations of lloyd_loop (see there).
@@ -380,6 +390,7 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
   r.inertia = engine.inertia(centers);
   r.centers = std::move(centers);
   r.labels = engine.labels();
+  if constexpr (requires { { engine.step_times() } -> std::convertible_to<StepTimes>; }) r.step_times = engine.step_times();
   return r;
 }
 

@@ -67,8 +67,10 @@ Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& cent
 }
 
 template <class T, class Policy>
-Matrix<T> run_transform(const Backend& /*backend*/, MatrixView<T> X, const Matrix<T>& centers) {
-  return host::euclidean_to_centers<T>(X, centers);
+Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
+  return run_on<T>(
+      backend, "KMeans.transform", [&] { return kernels::transform<T>(*backend.device(), X, centers); },
+      [&] { return host::euclidean_to_centers<T>(X, centers); });
 }
 
 /// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest centre (scikit-learn's score, negated), labels and sum on one
@@ -193,6 +195,7 @@ class KMeans {
     inertia_ = best->inertia;
     n_iter_ = best->n_iter;
     iteration_seconds_ = best->iteration_seconds;
+    step_times_ = best->step_times;
     fitted_ = true;
     return *this;
   }
@@ -208,6 +211,7 @@ class KMeans {
     inertia_ = std::numeric_limits<double>::quiet_NaN();
     n_iter_ = 0;
     iteration_seconds_ = 0;
+    step_times_ = {};
     fitted_ = true;
     return *this;
   }
@@ -265,6 +269,11 @@ class KMeans {
     require_fitted();
     return iteration_seconds_;
   }
+  /// The device's own timing of the kept run's steps (GPU timestamps; all zero on the host backend).
+  const algorithms::StepTimes& step_times() const {
+    require_fitted();
+    return step_times_;
+  }
   bool fitted() const { return fitted_; }
   const KMeansParams& params() const { return params_; }
   const Backend& backend() const { return backend_; }
@@ -287,6 +296,7 @@ class KMeans {
   double inertia_ = 0.0;
   int n_iter_ = 0;
   double iteration_seconds_ = 0.0;
+  algorithms::StepTimes step_times_;
   bool fitted_ = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/kernels/policy.hpp>
+#include <gpuml/kernels/tile_policy.hpp>
 #include <gpuml/shaders/pairwise_sq_distances.h>
 #include <gpuml/shaders/row_sq_norms.h>
 #include <gpuml/shaders/pairwise_sq_distances_f32.hpp>
@@ -14,43 +15,91 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 namespace gpuml::kernels {
 
-/// Tile shape of the distance kernel: a workgroup of WX x WY threads, each computing TM x TN distances,
-/// with BK features staged in shared memory per step (shaders/tile_product.glsl; TM and TN multiples of 4).
+/// Tile shape of the distance kernel on one device: a workgroup of wx x wy threads, each computing tm x tn
+/// distances, with bk features staged in shared memory per step (shaders/tile_product.glsl; tm and tn multiples
+/// of 4).
+struct DistanceTileParams {
+  std::uint32_t wx = 16, wy = 16, tm = 8, tn = 8, bk = 16;
+
+  constexpr std::uint32_t block_rows() const { return wy * tm; }
+  constexpr std::uint32_t block_cols() const { return wx * tn; }
+  constexpr std::uint32_t threads() const { return wx * wy; }
+  template <class T>
+  constexpr std::uint64_t shared_bytes() const {
+    return sizeof(T) * std::uint64_t(bk) * (block_rows() + 4 + block_cols() + 4);
+  }
+  /// Why the device cannot run this tile (empty: it can).
+  template <class T>
+  std::string misfit(const vulkan::DeviceInfo& d) const {
+    if (!wx || !wy || !tm || !tn || !bk || tm % 4 || tn % 4 || tm * tn > 256)
+      return "tm and tn must be multiples of 4 with at most 256 values per thread, the rest positive";
+    return workgroup_misfit(d, wx, wy, shared_bytes<T>());
+  }
+  std::vector<std::uint32_t> constants() const {
+    namespace shader = shader_interface::pairwise_sq_distances;
+    return spec_constants(shader::kSpecCount, {{shader::kSpecWX, wx}, {shader::kSpecWY, wy}, {shader::kSpecTM, tm},
+                                               {shader::kSpecTN, tn}, {shader::kSpecBK, bk}});
+  }
+};
+
+/// The distance kernel's tiles in the tile-policy system (kernels/tile_policy.hpp). No override and nothing tuned
+/// yet: the resolver gives the catalogue's tile, 128 x 128 output blocks, with half the features per step for
+/// double (shared memory within lavapipe's 32 KiB).
+struct DistanceTileTraits {
+  using Params = DistanceTileParams;
+  static constexpr const char* kernel = "pairwise_sq_distances";
+  static constexpr const char* override_syntax = "wx,wy,tm,tn,bk";
+  static std::vector<std::uint32_t> encode(const Params& t) { return {t.wx, t.wy, t.tm, t.tn, t.bk}; }
+  static std::optional<Params> decode(const std::vector<std::uint32_t>& p) {
+    if (p.size() != 5) return std::nullopt;
+    return Params{p[0], p[1], p[2], p[3], p[4]};
+  }
+  static std::string text(const Params& t) {
+    std::string s;
+    for (auto v : encode(t)) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  }
+  static std::string override_value() { return {}; }
+  static std::optional<Params> parse_override(const std::string&) { return std::nullopt; }
+  static std::string shape_class(const TileProblem& p) { return p.d <= 32 ? "d<=32" : "d>32"; }
+  template <class T>
+  static Params catalogue(const vulkan::DeviceInfo&, const TileProblem& = {}) {
+    return {16, 16, 8, 8, sizeof(T) == 4 ? 16u : 8u};
+  }
+  template <class T>
+  static std::string shape_misfit(const vulkan::DeviceInfo& device, const Params& t) {
+    return t.misfit<T>(device);
+  }
+  template <class T>
+  static std::string misfit(const vulkan::DeviceInfo& device, const Params& t, const TileProblem&) {
+    return t.misfit<T>(device);  // the driver splits any problem to fit the tile
+  }
+};
+
+/// A fixed tile as a compile-time policy.
 template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16>
 struct DistanceTile {
   static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
   static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
-  static constexpr std::uint32_t block_rows = WY * TM, block_cols = WX * TN, threads = WX * WY;
-
+  static constexpr DistanceTileParams tile{WX, WY, TM, TN, BK};
   template <class T>
-  static constexpr std::uint64_t shared_bytes() {
-    return sizeof(T) * BK * (block_rows + 4 + block_cols + 4);
-  }
-  template <class T>
-  static std::string misfit(const vulkan::DeviceInfo& d) {
-    return workgroup_misfit(d, WX, WY, shared_bytes<T>());
-  }
-  template <class T>
-  static bool can_implement(const vulkan::DeviceInfo& d) {
-    return misfit<T>(d).empty();
-  }
-  static std::vector<std::uint32_t> constants() {
-    namespace shader = shader_interface::pairwise_sq_distances;
-    return spec_constants(shader::kSpecCount, {{shader::kSpecWX, WX}, {shader::kSpecWY, WY}, {shader::kSpecTM, TM},
-                                               {shader::kSpecTN, TN}, {shader::kSpecBK, BK}});
+  static DistanceTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
+    return tile;
   }
 };
 
-/// Defaults: 128 x 128 output blocks; double halves BK to keep shared memory within 32 KiB (lavapipe's).
+/// The default policy (kernels::resolve_tile over DistanceTileTraits).
 template <class T>
-using default_distance_policy = DistanceTile<16, 16, 8, 8, sizeof(T) == 4 ? 16 : 8>;
+using default_distance_policy = DefaultTile<DistanceTileTraits>;
 
 template <class T>
 struct DistanceShaders;
@@ -124,16 +173,17 @@ Vector<T> row_sq_norms(vulkan::Device& device, MatrixView<T> X) {
 template <class T, class Policy = default_distance_policy<T>>
 Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixView<T> Y) {
   require_scalar_support<T>(device);
-  if (auto why = Policy::template misfit<T>(device.info()); !why.empty())
-    throw unsupported("distance tile policy cannot run on " + device.info().name + ": " + why);
   const std::uint64_t n = X.rows(), m = Y.rows(), d = X.cols(), s = sizeof(T);
   const auto& info = device.info();
+  const DistanceTileParams tile = Policy::template params<T>(info, 0, static_cast<std::uint32_t>(d));
+  if (std::string why; !can_implement<DistanceTileTraits, T>(info, tile, {0, static_cast<std::uint32_t>(d)}, &why))
+    throw unsupported("distance tile " + DistanceTileTraits::text(tile) + " cannot run on " + info.name + ": " + why);
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
   // Block rows so every operand and the output block fit one binding and the grid fits the dispatch limits.
   std::uint64_t bx = rows_per_block(n, d * s, max_bytes, "X");
   std::uint64_t by = rows_per_block(m, d * s, max_bytes, "Y");
-  bx = std::min<std::uint64_t>(bx, std::uint64_t(info.max_workgroup_count[1]) * Policy::block_rows);
-  by = std::min<std::uint64_t>(by, std::uint64_t(info.max_workgroup_count[0]) * Policy::block_cols);
+  bx = std::min<std::uint64_t>(bx, std::uint64_t(info.max_workgroup_count[1]) * tile.block_rows());
+  by = std::min<std::uint64_t>(by, std::uint64_t(info.max_workgroup_count[0]) * tile.block_cols());
   const std::uint64_t max_out = max_bytes / s;
   if (bx * by > max_out) {
     by = std::min<std::uint64_t>(by, std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::sqrt(double(max_out)))));
@@ -143,7 +193,7 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
   auto xn = device.buffer(bx * s), yn = device.buffer(by * s);
   auto dbuf = device.buffer(bx * by * s);
   namespace shader = shader_interface::pairwise_sq_distances;
-  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push), Policy::constants()});
+  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push), tile.constants()});
 
   Matrix<T> D(X.rows(), Y.rows());
   std::vector<T> block_out;
@@ -159,8 +209,8 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
       cmds.barrier();
       const shader::Push push{.n = std::uint32_t(rows), .m = std::uint32_t(cols), .d = std::uint32_t(d), .ldd = std::uint32_t(cols)};
       cmds.dispatch(kernel, {xbuf, ybuf, xn, yn, dbuf}, push,
-                    static_cast<std::uint32_t>(ceil_div(cols, Policy::block_cols)),
-                    static_cast<std::uint32_t>(ceil_div(rows, Policy::block_rows)));
+                    static_cast<std::uint32_t>(ceil_div(cols, tile.block_cols())),
+                    static_cast<std::uint32_t>(ceil_div(rows, tile.block_rows())));
       cmds.submit_and_wait();
       if (cols == m) {
         vulkan::download(device, dbuf, 0, D.data() + r0 * m, rows * cols * s);

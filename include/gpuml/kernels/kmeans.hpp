@@ -93,19 +93,6 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   return pl;
 }
 
-/// GPU time of the last Lloyd run's E-steps (with their partial sums) and partial-sum reductions on this thread
-/// (timestamps; negative where the queue has none): where a fit's iterations spend the device.
-struct KMeansDeviceTime {
-  double e_step_ms = 0, reduce_ms = 0;  // E-steps with partial sums (one per iteration), and their reductions
-  double labels_ms = 0;                 // E-steps that only label (the final one, predict)
-  int e_steps = 0, label_steps = 0;
-  std::vector<double> e_step_each_ms;   // per iteration, in order
-};
-inline KMeansDeviceTime& kmeans_device_time() {
-  thread_local KMeansDeviceTime t;
-  return t;
-}
-
 /// Device-resident data of one fit: X, weights and labels in chunks that each fit one binding.
 template <class T, class Policy>
 class LloydEngine {
@@ -161,7 +148,8 @@ class LloydEngine {
     inertia_ = device.kernel({KMeansShaders<T>::inertia(), inertia_interface::kBindingCount, sizeof(inertia_interface::Push),
                               spec_constants(inertia_interface::kSpecCount,
                                              {{inertia_interface::kSpecThreads, kInertiaThreads},
-                                              {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)}})});
+                                              {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)},
+                                              {inertia_interface::kSpecMode, inertia_interface::kModeInertia}})});
   }
 
   const LloydPlan& plan() const { return plan_; }
@@ -208,7 +196,7 @@ class LloydEngine {
     }
     cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 4);
     cmds.submit_and_wait();
-    auto& time = kmeans_device_time();
+    auto& time = times_;
     if (update) {
       time.e_step_each_ms.push_back(cmds.elapsed_ms(0, 1));
       time.e_step_ms += time.e_step_each_ms.back();
@@ -235,6 +223,9 @@ class LloydEngine {
     return (status & lloyd_interface::kStatusLabelChanged) != 0;
   }
 
+  /// GPU time of this engine's steps so far (lloyd_loop returns it with the fit).
+  const algorithms::StepTimes& step_times() const { return times_; }
+
   /// lloyd_loop's engine interface.
   bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) { return step(C, true, &sums, &weights); }
   void assign(const Matrix<T>& C) { step(C, false, nullptr, nullptr); }
@@ -248,7 +239,8 @@ class LloydEngine {
     cmds.barrier();
     std::uint32_t groups_total = 0;
     for (auto& c : chunks_) {
-      const inertia_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total};
+      const inertia_interface::Push push{
+          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centres = k_};
       cmds.dispatch(*inertia_, {c.x, c.w, c.labels, centres_, inertia_parts_}, push, c.groups);
       groups_total += c.groups;
     }
@@ -283,6 +275,7 @@ class LloydEngine {
   std::uint32_t parts_ = 0;
   Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
+  algorithms::StepTimes times_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
 };
@@ -293,7 +286,6 @@ template <class T, class Policy = kmeans_default_policy>
 algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                                  int max_iter, double tol_absolute, bool verbose,
                                  const IterationCallback& on_iteration = {}) {
-  kmeans_device_time() = {};
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
   return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
@@ -305,7 +297,6 @@ template <class T, class Policy = kmeans_default_policy>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
                                          const IterationCallback& on_iteration = {}) {
-  kmeans_device_time() = {};
   const std::int64_t n = X.rows();
   const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
   if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
@@ -328,6 +319,51 @@ Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers)
   LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
   engine.assign(centers);
   return engine.labels();
+}
+
+/// Euclidean distances of every row of X to every centre (KMeans.transform), from differences (exactly 0 where a
+/// row equals a centre), on `device`: rows in blocks whose data and distances each fit one binding. On CPU devices
+/// each invocation computes one distance (llvmpipe's loop limit), and rows of more than kCpuMaxLoopFeatures
+/// features are refused with gpuml::unsupported.
+inline constexpr std::uint64_t kCpuMaxLoopFeatures = 32768;
+
+template <class T>
+Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
+  require_scalar_support<T>(device);
+  const auto& info = device.info();
+  const bool cpu = info.type == vulkan::DeviceType::cpu;
+  const std::uint64_t n = X.rows(), d = X.cols(), k = centers.rows(), s = sizeof(T);
+  constexpr std::uint32_t threads = 128;
+  if (cpu && d > kCpuMaxLoopFeatures)
+    throw unsupported("KMeans.transform on " + info.name + " takes at most " + std::to_string(kCpuMaxLoopFeatures) +
+                      " features (llvmpipe's loop limit), got " + std::to_string(d));
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  if (k * d * s > max_bytes) throw unsupported("the cluster centres exceed one storage-buffer binding of " + info.name);
+  const std::uint64_t max_groups = info.max_workgroup_count[0];
+  std::uint64_t block = std::min<std::uint64_t>({rows_per_block(n, d * s, max_bytes, "X"),
+                                                 std::max<std::uint64_t>(1, max_bytes / (k * s)), UINT32_MAX / k});
+  if (cpu) block = std::min<std::uint64_t>(block, std::max<std::uint64_t>(1, max_groups * threads / k));
+  if (block * k * s > max_bytes) throw unsupported("one row's distances exceed a storage-buffer binding of " + info.name);
+  namespace shader = inertia_interface;
+  const auto kernel = device.kernel({KMeansShaders<T>::inertia(), shader::kBindingCount, sizeof(shader::Push),
+                                     spec_constants(shader::kSpecCount, {{shader::kSpecThreads, threads},
+                                                                         {shader::kSpecFeatures, static_cast<std::uint32_t>(d)},
+                                                                         {shader::kSpecMode, shader::kModeDistances}})});
+  auto xbuf = device.buffer(block * d * s), cbuf = device.buffer(k * d * s), out = device.buffer(block * k * s);
+  auto unused = device.buffer(16);  // the weights and labels bindings, not read in this mode
+  vulkan::upload(device, cbuf, 0, centers.data(), k * d * s);
+  Matrix<T> D(X.rows(), centers.rows());
+  for (std::uint64_t r0 = 0; r0 < n; r0 += block) {
+    const std::uint64_t rows = std::min(block, n - r0);
+    vulkan::upload_rows<T>(device, xbuf, 0, X, r0, r0 + rows);
+    const auto groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(ceil_div(rows * k, threads), max_groups));
+    const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centres = std::uint32_t(k)};
+    vulkan::Commands cmds(device);
+    cmds.dispatch(*kernel, {xbuf, unused, unused, cbuf, out}, push, groups);
+    cmds.submit_and_wait();
+    vulkan::download(device, out, 0, D.data() + r0 * k, rows * k * s);
+  }
+  return D;
 }
 
 /// Nearest centre of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.

@@ -2,12 +2,12 @@
 // constants) and an optional pinned subgroup size. Compile-time policies (KMeansTile) check their shape with
 // static_asserts; every tile, whatever its source, is checked against the device and the problem before anything
 // is dispatched (kmeans_tile_misfit: the rules below, then plan_lloyd's shared-memory and workgroup limits).
-// The default policy takes, in order: the GPUML_KMEANS_TILE override (for sweeps), the tuner's stored winner for
-// the device, the problem's shape class and the scalar type (tuning/store.hpp), and the catalogue's tile for the
-// device class (tuning/device_class.hpp).
+// The default policy is the tile-policy system's resolver (kernels/tile_policy.hpp) over KMeansTileTraits: the
+// GPUML_KMEANS_TILE override (for sweeps), the tuner's stored winner, the catalogue's tile for the device class.
 #pragma once
 
 #include <gpuml/core/error.hpp>
+#include <gpuml/kernels/tile_policy.hpp>
 #include <gpuml/tuning/device_class.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/instance.hpp>
@@ -183,72 +183,40 @@ KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::ui
   return best;
 }
 
-/// Config::kmeans_tile (GPUML_KMEANS_TILE), threads,spt,kt,ds,ks[,subgroup]: one tile for every k-means problem, for sweeps. A value
-/// that is malformed or not a usable tile on `device` is ignored with a warning.
-inline std::optional<KMeansTileParams> kmeans_tile_from_env(const vulkan::DeviceInfo& device) {
-  const std::string env = config().kmeans_tile();
-  if (env.empty()) return std::nullopt;
-  auto values = tuning::parse_tile_list(env.c_str(), 1024);
-  if (values && values->size() == 5) values->push_back(0);
-  const auto tile = values ? KMeansTileParams::from_params(*values) : std::nullopt;
-  const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected threads,spt,kt,ds,ks[,subgroup]";
-  if (why.empty()) return tile;
-  tuning::warn_once("ignoring the k-means tile " + env + " on " + device.name + ": " + why);
-  return std::nullopt;
-}
-
-/// The tuner's winner for this device, problem class and scalar type, if there is one this problem can use.
-/// An entry that is not a valid tile is ignored with a warning; a valid one that does not fit this particular
-/// problem (shared memory grows with k) quietly gives way to the catalogue.
-template <class T>
-std::optional<KMeansTileParams> kmeans_stored_tile(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
-  const tuning::TuneKey key{kKMeansKernel, kmeans_shape_class(k, d), tuning::scalar_name<T>()};
-  const auto stored = tuning::stored_params(device, key);
-  if (!stored) return std::nullopt;
-  const auto tile = KMeansTileParams::from_params(*stored);
-  const std::string why = tile ? kmeans_tile_shape_misfit(device, *tile) : "expected 6 numbers";
-  if (!why.empty()) {
-    tuning::warn_once("ignoring the tuned k-means tile for " + key.shape + " " + key.scalar + " on " + device.name + ": " + why);
-    return std::nullopt;
+/// The k-means kernel's tiles in the tile-policy system (kernels/tile_policy.hpp).
+struct KMeansTileTraits {
+  using Params = KMeansTileParams;
+  static constexpr const char* kernel = kKMeansKernel;
+  static constexpr const char* override_syntax = "threads,spt,kt,ds,ks[,subgroup]";
+  static std::vector<std::uint32_t> encode(const Params& p) { return p.to_params(); }
+  static std::optional<Params> decode(const std::vector<std::uint32_t>& numbers) { return Params::from_params(numbers); }
+  static std::string text(const Params& p) { return p.text(); }
+  /// Config::kmeans_tile (GPUML_KMEANS_TILE): one tile for every k-means problem, for sweeps.
+  static std::string override_value() { return config().kmeans_tile(); }
+  static std::optional<Params> parse_override(const std::string& text) {
+    auto values = tuning::parse_tile_list(text.c_str(), 1024);
+    if (values && values->size() == 5) values->push_back(0);
+    return values ? Params::from_params(*values) : std::nullopt;
   }
-  if (!kmeans_can_implement<T>(device, *tile, k, d)) return std::nullopt;
-  return tile;
-}
-
-/// The default policy: GPUML_KMEANS_TILE, else the stored winner, else the catalogue.
-struct kmeans_default_policy {
+  static std::string shape_class(const kernels::TileProblem& p) { return kmeans_shape_class(p.k, p.d); }
   template <class T>
-  static KMeansTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
-    if (auto tile = kmeans_tile_from_env(device)) return *tile;
-    if (auto tile = kmeans_stored_tile<T>(device, k, d)) return *tile;
-    return kmeans_catalogue_tile<T>(device, k, d);
+  static Params catalogue(const vulkan::DeviceInfo& device, const kernels::TileProblem& p) {
+    return kmeans_catalogue_tile<T>(device, p.k, p.d);
+  }
+  template <class T>
+  static std::string shape_misfit(const vulkan::DeviceInfo& device, const Params& tile) {
+    return kmeans_tile_shape_misfit(device, tile);
+  }
+  template <class T>
+  static std::string misfit(const vulkan::DeviceInfo& device, const Params& tile, const kernels::TileProblem& p) {
+    return kmeans_tile_misfit<T>(device, tile, p.k, p.d);
   }
 };
 
-/// A policy whose tile is chosen at run time (by the tuner, or a test): the tile of the innermost live
-/// RuntimeKMeansTile::Use on this thread, else the catalogue's. Neither the override nor the store applies.
-struct RuntimeKMeansTile {
-  class Use {
-   public:
-    explicit Use(const KMeansTileParams& tile) : previous_(current()) { current() = tile; }
-    ~Use() { current() = previous_; }
-    Use(const Use&) = delete;
-    Use& operator=(const Use&) = delete;
+/// The default policy: GPUML_KMEANS_TILE, else the stored winner, else the catalogue (kernels::resolve_tile).
+struct kmeans_default_policy : kernels::DefaultTile<KMeansTileTraits> {};
 
-   private:
-    std::optional<KMeansTileParams> previous_;
-  };
-
-  template <class T>
-  static KMeansTileParams params(const vulkan::DeviceInfo& device, std::uint32_t, std::uint32_t) {
-    return current() ? *current() : kmeans_catalogue_tile(device);
-  }
-
- private:
-  static std::optional<KMeansTileParams>& current() {
-    static thread_local std::optional<KMeansTileParams> tile;
-    return tile;
-  }
-};
+/// A policy whose tile is chosen at run time (by the tuner, or a test): RuntimeKMeansTile::Use.
+using RuntimeKMeansTile = kernels::RuntimeTile<KMeansTileTraits>;
 
 }  // namespace gpuml

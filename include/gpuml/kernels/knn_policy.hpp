@@ -1,10 +1,11 @@
-// Tile policies of the Vulkan k-NN kernel (shaders/knn_select.comp): the tile shape, compile-time tiles, the default
-// policy (override, stored winner, catalogue) and the shader's metric codes.
+// Tile policies of the Vulkan k-NN kernel (shaders/knn_select.comp): the tile shape, compile-time tiles, the traits
+// the tile-policy system's resolver reads (kernels/tile_policy.hpp), and the shader's metric codes.
 #pragma once
 
 #include <gpuml/core/config.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/kernels/policy.hpp>
+#include <gpuml/kernels/tile_policy.hpp>
 #include <gpuml/shaders/knn_select.h>
 #include <gpuml/tuning/device_class.hpp>
 #include <gpuml/tuning/store.hpp>
@@ -79,91 +80,72 @@ struct KnnTile {
   }
 };
 
-/// The default policy: the GPUML_KNN_TILE override (for sweeps), else the tuner's stored winner for the device,
-/// the problem's shape class and the scalar type (tuning/store.hpp, written by gpuml-tune), else the catalogue.
-/// Catalogue, per device class: NVIDIA 64 queries x 128 rows per tile, 4 x 8 values per thread, 16 features per
-/// step, 8192 target workgroups (the fastest on the H200 at 1M x 128 with k = 10 and k = 100, and within 4% of the
-/// fastest at 10M x 16); other GPUs 128 x 128 with 8 x 8 per thread and 16 features per step where shared memory
-/// allows (35 KiB: AMD and Intel GPUs have 48 KiB or more); CPU devices 8 features per step (lavapipe allows 32 KiB);
-/// float64 uses 64 x 64 tiles to stay within 32 KiB.
-struct knn_default_policy {
-  static constexpr std::uint32_t max_k = 2048;
-  static constexpr bool candidate_lists = true;
-  /// The kernel's name in the tuning store.
+/// The k-NN kernel's tiles in the tile-policy system (kernels/tile_policy.hpp). Catalogue, per device class: NVIDIA
+/// 64 queries x 128 rows per tile, 4 x 8 values per thread, 16 features per step, 8192 target workgroups (the
+/// fastest on the H200 at 1M x 128 with k = 10 and k = 100, and within 4% of the fastest at 10M x 16); other GPUs
+/// 128 x 128 with 8 x 8 per thread and 16 features per step where shared memory allows (35 KiB: AMD and Intel GPUs
+/// have 48 KiB or more); CPU devices 8 features per step (lavapipe allows 32 KiB); float64 uses 64 x 64 tiles to
+/// stay within 32 KiB.
+struct KnnTileTraits {
+  using Params = KnnTileParams;
   static constexpr const char* kernel = "knn_select";
+  static constexpr const char* override_syntax = "wx,wy,tm,tn,bk[,groups]";
 
-  template <class T>
-  static KnnTileParams params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
-    if (auto tile = from_env<T>(device)) return *tile;
-    if (auto tile = stored<T>(device, k, d)) return *tile;
-    return catalogue<T>(device);
+  /// The tuning store's form, {wx, wy, tm, tn, bk, groups}, and back.
+  static std::vector<std::uint32_t> encode(const Params& t) { return {t.wx, t.wy, t.tm, t.tn, t.bk, t.groups}; }
+  static std::optional<Params> decode(const std::vector<std::uint32_t>& p) {
+    if (p.size() != 6) return std::nullopt;
+    return Params{p[0], p[1], p[2], p[3], p[4], p[5]};
   }
-
-  template <class T>
-  static KnnTileParams catalogue(const vulkan::DeviceInfo& device) {
-    if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
-    const KnnTileParams nvidia{16, 16, 4, 8, 16, 8192};
-    if (tuning::device_class(device) == tuning::DeviceClass::nvidia && nvidia.misfit<T>(device).empty()) return nvidia;
-    const KnnTileParams wide{16, 16, 8, 8, 16};
-    if (device.type != vulkan::DeviceType::cpu && wide.misfit<T>(device).empty()) return wide;
-    return {16, 16, 8, 8, 8};
+  /// "wx,wy,tm,tn,bk,groups": GPUML_KNN_TILE's syntax.
+  static std::string text(const Params& t) {
+    std::string s;
+    for (auto v : encode(t)) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  }
+  /// Config::knn_tile (GPUML_KNN_TILE): one tile for every k-NN search, for sweeps.
+  static std::string override_value() { return config().knn_tile(); }
+  static std::optional<Params> parse_override(const std::string& text) {
+    auto values = tuning::parse_tile_list(text.c_str(), (1u << 20));
+    if (values && values->size() == 5) values->push_back(1024);
+    return values ? decode(*values) : std::nullopt;
   }
 
   /// Shape classes, each tuned and stored once: few features (d <= 32) or many, small k (the per-split warm-up
   /// is short) or large.
-  static std::string shape_class(std::uint64_t k, std::uint64_t d) {
-    return std::string(d <= 32 ? "d<=32" : "d>32") + (k <= 32 ? ",k<=32" : ",k>32");
+  static std::string shape_class(const TileProblem& p) {
+    return std::string(p.d <= 32 ? "d<=32" : "d>32") + (p.k <= 32 ? ",k<=32" : ",k>32");
   }
 
-  /// The tuning store's form, {wx, wy, tm, tn, bk, groups}, and back.
-  static std::vector<std::uint32_t> to_params(const KnnTileParams& t) { return {t.wx, t.wy, t.tm, t.tn, t.bk, t.groups}; }
-  static std::optional<KnnTileParams> from_params(const std::vector<std::uint32_t>& p) {
-    if (p.size() != 6) return std::nullopt;
-    return KnnTileParams{p[0], p[1], p[2], p[3], p[4], p[5]};
-  }
-  /// "wx,wy,tm,tn,bk,groups": GPUML_KNN_TILE's syntax.
-  static std::string text(const KnnTileParams& t) {
-    std::string s;
-    for (auto v : to_params(t)) s += (s.empty() ? "" : ",") + std::to_string(v);
-    return s;
-  }
-
-  /// Why `t` is not a usable tile on `device` (empty: it is): the kernel's check plus the register bound.
   template <class T>
-  static std::string misfit(const vulkan::DeviceInfo& device, const KnnTileParams& t) {
+  static Params catalogue(const vulkan::DeviceInfo& device, const TileProblem& = {}) {
+    if (sizeof(T) == 8) return {8, 8, 8, 8, 8};
+    const Params nvidia{16, 16, 4, 8, 16, 8192};
+    if (tuning::device_class(device) == tuning::DeviceClass::nvidia && nvidia.misfit<T>(device).empty()) return nvidia;
+    const Params wide{16, 16, 8, 8, 16};
+    if (device.type != vulkan::DeviceType::cpu && wide.misfit<T>(device).empty()) return wide;
+    return {16, 16, 8, 8, 8};
+  }
+
+  /// Why `t` is not a usable tile on `device` (empty: it is): the kernel's check plus the register bound. The
+  /// kernel splits any problem to fit a usable tile, so no tile fails a problem alone.
+  template <class T>
+  static std::string shape_misfit(const vulkan::DeviceInfo& device, const Params& t) {
     if (t.wx > 1024 || t.wy > 1024 || t.bk > 1024 || t.tm > 256 || t.tm * t.tn > 256)
       return "at most 256 values per thread, 1024 threads or features per dimension";
     return t.misfit<T>(device);
   }
-
-  /// Config::knn_tile (GPUML_KNN_TILE), wx,wy,tm,tn,bk[,groups]: one tile for every k-NN search. A malformed or unusable value is
-  /// ignored with a warning (once).
   template <class T>
-  static std::optional<KnnTileParams> from_env(const vulkan::DeviceInfo& device) {
-    const std::string env = config().knn_tile();
-    if (env.empty()) return std::nullopt;
-    auto values = tuning::parse_tile_list(env.c_str(), (1u << 20));
-    if (values && values->size() == 5) values->push_back(1024);
-    const auto tile = values ? from_params(*values) : std::nullopt;
-    const std::string why = tile ? misfit<T>(device, *tile) : "expected wx,wy,tm,tn,bk[,groups]";
-    if (why.empty()) return tile;
-    tuning::warn_once("ignoring the k-NN tile " + env + " on " + device.name + ": " + why);
-    return std::nullopt;
+  static std::string misfit(const vulkan::DeviceInfo& device, const Params& t, const TileProblem&) {
+    return shape_misfit<T>(device, t);
   }
+};
 
-  /// The tuner's winner for this device, shape class and scalar type; one that is not a usable tile is ignored
-  /// with a warning (once).
-  template <class T>
-  static std::optional<KnnTileParams> stored(const vulkan::DeviceInfo& device, std::uint64_t k, std::uint64_t d) {
-    const tuning::TuneKey key{kernel, shape_class(k, d), tuning::scalar_name<T>()};
-    const auto p = tuning::stored_params(device, key);
-    if (!p) return std::nullopt;
-    const auto tile = from_params(*p);
-    const std::string why = tile ? misfit<T>(device, *tile) : "expected 6 numbers";
-    if (why.empty()) return tile;
-    tuning::warn_once("ignoring the tuned k-NN tile for " + key.shape + " " + key.scalar + " on " + device.name + ": " + why);
-    return std::nullopt;
-  }
+/// The default policy: GPUML_KNN_TILE, else the stored winner, else the catalogue (resolve_tile), with the
+/// kernel's limits: k up to max_k, candidate lists allowed.
+struct knn_default_policy : DefaultTile<KnnTileTraits> {
+  static constexpr std::uint32_t max_k = 2048;
+  static constexpr bool candidate_lists = true;
 };
 
 template <class T>

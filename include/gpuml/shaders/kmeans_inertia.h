@@ -8,19 +8,26 @@ GPUML_CONSTANT(kBindingX, 0)
 GPUML_CONSTANT(kBindingWeights, 1)
 GPUML_CONSTANT(kBindingLabels, 2)
 GPUML_CONSTANT(kBindingCentres, 3)
-GPUML_CONSTANT(kBindingPartials, 4)  // one partial sum per workgroup
+GPUML_CONSTANT(kBindingPartials, 4)  // one partial sum per workgroup; the distances in kModeDistances
 GPUML_CONSTANT(kBindingCount, 5)
 
 GPUML_CONSTANT(kSpecThreads, 0)  // a power of two
 GPUML_CONSTANT(kSpecFeatures, 1)
-GPUML_CONSTANT(kSpecCount, 2)
+GPUML_CONSTANT(kSpecMode, 2)
+GPUML_CONSTANT(kSpecCount, 3)
+
+// kModeInertia: partial sums of w_i ||x_i - c_{l_i}||^2. kModeDistances: ||x_i - c_j|| for every row and centre
+// (KMeans.transform), row-major rows x centres at partial_base; weights and labels are not read.
+GPUML_CONSTANT(kModeInertia, 0)
+GPUML_CONSTANT(kModeDistances, 1)
 
 GPUML_PUSH_CONSTANTS(Push) {
   uint rows;          // samples in this chunk
   uint groups;        // workgroups in this dispatch
   uint partial_base;  // partial of this dispatch's first workgroup
+  uint centres;       // kModeDistances: centres per row
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 3)
+GPUML_CHECK_PUSH(Push, 4)
 GPUML_SHADER_INTERFACE_END
 
 #endif

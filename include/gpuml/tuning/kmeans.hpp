@@ -142,19 +142,9 @@ class KMeansBench final : public ShapeBench {
 
 inline TunableKernel kmeans_tunable() {
   TunableKernel t;
-  t.name = kKMeansKernel;
+  describe_tiles<KMeansTileTraits>(t, kmeans_representative);
   t.shapes = kmeans_shape_classes();
   t.candidates = kmeans_candidates;
-  t.misfit = [](const vulkan::DeviceInfo& device, const Params& p, const std::string& shape, const std::string& scalar) {
-    const auto tile = KMeansTileParams::from_params(p);
-    if (!tile) return std::string("not a k-means tile");
-    const KMeansShape s = kmeans_representative(shape);
-    return scalar == "f64" ? kmeans_tile_misfit<double>(device, *tile, s.k, s.d) : kmeans_tile_misfit<float>(device, *tile, s.k, s.d);
-  };
-  t.describe = [](const Params& p) {
-    const auto tile = KMeansTileParams::from_params(p);
-    return tile ? tile->text() : std::string("?");
-  };
   t.rows = kmeans_rows;
   t.bench = [](vulkan::Device& device, const std::string& shape, const std::string& scalar,
                std::uint64_t rows) -> std::unique_ptr<ShapeBench> {

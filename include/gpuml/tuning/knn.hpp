@@ -17,33 +17,12 @@
 namespace gpuml::tuning {
 
 using KnnPolicy = kernels::knn_default_policy;
+using KnnTraits = kernels::KnnTileTraits;
 
-/// A policy whose tile is chosen at run time (by the tuner, or a test): the tile of the innermost live
-/// RuntimeKnnTile::Use on this thread, else the catalogue's. Neither the override nor the store applies.
-struct RuntimeKnnTile {
+/// A policy whose tile is chosen at run time (by the tuner, or a test): RuntimeKnnTile::Use, with the default
+/// policy's limits.
+struct RuntimeKnnTile : kernels::RuntimeTile<kernels::KnnTileTraits> {
   static constexpr std::uint32_t max_k = KnnPolicy::max_k;
-
-  class Use {
-   public:
-    explicit Use(const kernels::KnnTileParams& tile) : previous_(current()) { current() = tile; }
-    ~Use() { current() = previous_; }
-    Use(const Use&) = delete;
-    Use& operator=(const Use&) = delete;
-
-   private:
-    std::optional<kernels::KnnTileParams> previous_;
-  };
-
-  template <class T>
-  static kernels::KnnTileParams params(const vulkan::DeviceInfo& device, std::uint32_t, std::uint32_t) {
-    return current() ? *current() : KnnPolicy::catalogue<T>(device);
-  }
-
- private:
-  static std::optional<kernels::KnnTileParams>& current() {
-    static thread_local std::optional<kernels::KnnTileParams> tile;
-    return tile;
-  }
 };
 
 struct KnnShape {
@@ -78,7 +57,7 @@ inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, cons
   knn_representative(shape);  // checks the name
   using kernels::KnnTileParams;
   // The float32 catalogue tile leads (the candidate list does not depend on the scalar); float64's follows.
-  std::vector<KnnTileParams> tiles{KnnPolicy::catalogue<float>(device), KnnPolicy::catalogue<double>(device)};
+  std::vector<KnnTileParams> tiles{KnnTraits::catalogue<float>(device), KnnTraits::catalogue<double>(device)};
   if (device.type == vulkan::DeviceType::cpu) {
     for (KnnTileParams t : {KnnTileParams{8, 8, 8, 8, 16}, KnnTileParams{16, 16, 4, 4, 8},
                             KnnTileParams{16, 8, 8, 8, 8}, KnnTileParams{8, 16, 8, 8, 8}})
@@ -93,7 +72,7 @@ inline std::vector<Params> knn_candidates(const vulkan::DeviceInfo& device, cons
   std::set<Params> seen;
   std::vector<Params> out;
   for (const auto& t : tiles)
-    if (seen.insert(KnnPolicy::to_params(t)).second) out.push_back(KnnPolicy::to_params(t));
+    if (seen.insert(KnnTraits::encode(t)).second) out.push_back(KnnTraits::encode(t));
   return out;
 }
 
@@ -155,7 +134,7 @@ class KnnBench final : public ShapeBench {
   }
 
   double time_ms(const Params& params, int warmups, int reps) override {
-    const auto tile = KnnPolicy::from_params(params);
+    const auto tile = KnnTraits::decode(params);
     if (!tile) throw invalid_input("not a k-NN tile");
     RuntimeKnnTile::Use use(*tile);
     auto search = [&] {
@@ -185,18 +164,9 @@ class KnnBench final : public ShapeBench {
 
 inline TunableKernel knn_tunable() {
   TunableKernel t;
-  t.name = KnnPolicy::kernel;
+  describe_tiles<KnnTraits>(t, knn_representative);
   t.shapes = knn_shape_classes();
   t.candidates = knn_candidates;
-  t.misfit = [](const vulkan::DeviceInfo& device, const Params& p, const std::string&, const std::string& scalar) {
-    const auto tile = KnnPolicy::from_params(p);
-    if (!tile) return std::string("not a k-NN tile");
-    return scalar == "f64" ? KnnPolicy::misfit<double>(device, *tile) : KnnPolicy::misfit<float>(device, *tile);
-  };
-  t.describe = [](const Params& p) {
-    const auto tile = KnnPolicy::from_params(p);
-    return tile ? KnnPolicy::text(*tile) : std::string("?");
-  };
   t.rows = knn_rows;
   t.bench = [](vulkan::Device& device, const std::string& shape, const std::string& scalar,
                std::uint64_t rows) -> std::unique_ptr<ShapeBench> {

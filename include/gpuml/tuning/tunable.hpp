@@ -13,6 +13,7 @@
 // Parameters travel as std::vector<std::uint32_t>, the store's form; the kernel encodes and decodes them.
 #pragma once
 
+#include <gpuml/kernels/tile_policy.hpp>
 #include <gpuml/vulkan/device.hpp>
 
 #include <cstdint>
@@ -50,5 +51,26 @@ struct TunableKernel {
                                             std::uint64_t rows)>
       bench;
 };
+
+/// The fields every tile-policy kernel fills the same way from its traits (kernels/tile_policy.hpp): its name in
+/// the store, a candidate's misfit for the shape class's representative problem (`representative(shape)` gives its
+/// k and d), and a candidate's text.
+template <kernels::TileTraits Traits, class Representative>
+void describe_tiles(TunableKernel& t, Representative representative) {
+  t.name = Traits::kernel;
+  t.misfit = [representative](const vulkan::DeviceInfo& device, const Params& p, const std::string& shape,
+                              const std::string& scalar) {
+    const auto tile = Traits::decode(p);
+    if (!tile) return std::string("not a ") + Traits::kernel + " tile";
+    const auto s = representative(shape);
+    const kernels::TileProblem problem{s.k, s.d};
+    return scalar == "f64" ? Traits::template misfit<double>(device, *tile, problem)
+                           : Traits::template misfit<float>(device, *tile, problem);
+  };
+  t.describe = [](const Params& p) {
+    const auto tile = Traits::decode(p);
+    return tile ? Traits::text(*tile) : std::string("?");
+  };
+}
 
 }  // namespace gpuml::tuning
