@@ -367,6 +367,98 @@ TYPED_TEST(KnnKernel, StridedViews) {
   }
 }
 
+TEST(KnnKernelListPass, AppendsEveryPairUnderItsQuerysBound) {
+  REQUIRE_DEVICE();
+  // The list pass on its own, as a radius search would run it: per-query bounds in, every (query, row) pair whose
+  // selection value is at most its query's bound out, in the query's candidate list (checked against a double brute
+  // force). Bounds from below every value (an empty list) to above every value (a list that overflows its slots,
+  // counted in full), the others between the 1st and 60th smallest value of their query.
+  namespace kn = gpuml::kernels;
+  using T = float;
+  const Eigen::Index n = 1501, m = 37, d = 5;
+  const std::uint64_t slots = 64;
+  const Matrix<T> db = random_matrix<T>(n, d, 91), q = random_matrix<T>(m, d, 92);
+  const auto& info = device->info();
+  const bool cpu = info.type == gpuml::vulkan::DeviceType::cpu;
+  const auto tile = kn::default_knn_policy<T>::params<T>(info, 16, static_cast<std::uint32_t>(d));
+  const auto block = kn::KnnDatabase<T>::upload_block(*device, db, 0, n);
+  const std::uint64_t split_rows = 4 * tile.block_rows(), splits = (n + split_rows - 1) / split_rows;
+  for (Metric metric : {Metric::sqeuclidean, Metric::manhattan, Metric::inner_product}) {
+    SCOPED_TRACE(metric_name(metric));
+    // Selection values (smaller is better): the squared distance, the distance, minus the inner product.
+    std::vector<std::vector<double>> value(m, std::vector<double>(n));
+    std::vector<T> bounds(m);
+    for (Eigen::Index i = 0; i < m; ++i) {
+      for (Eigen::Index j = 0; j < n; ++j) {
+        const double r = reference_value<T>(q, i, db, j, metric == Metric::sqeuclidean ? Metric::euclidean : metric);
+        value[i][j] = metric == Metric::sqeuclidean ? r * r : metric == Metric::inner_product ? -r : r;
+      }
+      std::vector<double> sorted = value[i];
+      std::sort(sorted.begin(), sorted.end());
+      bounds[i] = static_cast<T>(i == 0 ? sorted.front() - 1 : i == 1 ? sorted.back() + 1 : sorted[(i * 7) % 60]);
+    }
+    kn::KnnWorkspace<T> ws;
+    using W = kn::KnnWorkspace<T>;
+    W::fit(*device, ws.queries, m * d * sizeof(T));
+    W::fit(*device, ws.query_norms, m * sizeof(T));
+    if (ws.staged()) W::fit(*device, ws.upload, m * d * sizeof(T), gpuml::vulkan::MemoryUse::upload);
+    W::fit(*device, ws.list_v, m * slots * sizeof(T));
+    W::fit(*device, ws.list_i, m * slots * sizeof(std::uint32_t));
+    W::fit(*device, ws.listed, m * sizeof(std::uint32_t));
+    W::fit(*device, ws.status, 16, gpuml::vulkan::MemoryUse::readback);
+    const gpuml::vulkan::Buffer bound_buffer = device->buffer(m * sizeof(T));
+    gpuml::vulkan::upload(*device, bound_buffer, 0, bounds.data(), bounds.size() * sizeof(T));
+    kn::KnnKernels kernels;
+    kernels.append = kn::KnnKernels::make_select<T>(*device, tile, metric, true, cpu);
+    gpuml::vulkan::Commands cmds(*device, 2);
+    kn::KnnSearchStats stats;
+    kn::KnnPasses<T> passes(*device, cmds, kernels, ws, stats, {.tile = tile, .d = std::uint64_t(d), .k = 1, .batch_queries = std::uint64_t(m), .slots = slots});
+    passes.begin(true);
+    passes.load_queries(q, 0, m);
+    passes.start_clock();
+    passes.set_block(block, nullptr, m);
+    passes.clear_counts(ws.listed);
+    passes.barrier();
+    passes.list_pass(splits, split_rows, split_rows, bound_buffer, 1, ws.listed);
+    cmds.host_barrier();
+    passes.submit();
+    std::vector<T> list_v(m * slots);
+    std::vector<std::uint32_t> list_i(m * slots), listed(m);
+    gpuml::vulkan::download(*device, ws.list_v, 0, list_v.data(), list_v.size() * sizeof(T));
+    gpuml::vulkan::download(*device, ws.list_i, 0, list_i.data(), list_i.size() * sizeof(std::uint32_t));
+    gpuml::vulkan::download(*device, ws.listed, 0, listed.data(), listed.size() * sizeof(std::uint32_t));
+    for (Eigen::Index i = 0; i < m; ++i) {
+      const double bound = bounds[i], tol = tolerance<T>(bound);
+      std::uint64_t surely = 0, maybe = 0;  // pairs under the bound by more than rounding, and within it
+      for (Eigen::Index j = 0; j < n; ++j) {
+        surely += value[i][j] < bound - tol;
+        maybe += value[i][j] <= bound + tol;
+      }
+      EXPECT_GE(listed[i], surely) << "query " << i;
+      EXPECT_LE(listed[i], maybe) << "query " << i;
+      if (i == 0) {
+        EXPECT_EQ(listed[i], 0u);
+      } else if (i == 1) {
+        EXPECT_EQ(listed[i], std::uint64_t(n)) << "an overflowing list still counts every pair";
+      }
+      std::set<std::uint32_t> seen;
+      for (std::uint64_t c = 0; c < std::min<std::uint64_t>(listed[i], slots); ++c) {
+        const std::uint32_t j = list_i[i * slots + c];
+        ASSERT_LT(j, std::uint32_t(n)) << "query " << i;
+        EXPECT_TRUE(seen.insert(j).second) << "query " << i << " lists row " << j << " twice";
+        EXPECT_NEAR(list_v[i * slots + c], value[i][j], tolerance<T>(value[i][j])) << "query " << i << " row " << j;
+        EXPECT_LE(value[i][j], bound + tol) << "query " << i << " row " << j;
+      }
+      if (listed[i] <= slots) {
+        for (Eigen::Index j = 0; j < n; ++j)
+          if (value[i][j] < bound - tol) {
+            EXPECT_TRUE(seen.count(std::uint32_t(j))) << "query " << i << " misses row " << j;
+          }
+      }
+    }
+  }
+}
+
 TEST(KnnKernelLarge, DatabaseLargerThanOneBinding) {
   REQUIRE_DEVICE();
   const std::uint64_t row_bytes = 128 * sizeof(float);

@@ -33,6 +33,12 @@
 // A resident database (KnnDatabase) keeps the search's buffers between searches (KnnWorkspace): device memory of
 // about n_queries x (k + slots) pairs stays allocated until the database is destroyed.
 //
+// Code: knn_detail::plan_search decides the blocks, batches, splits and passes (KnnSearchPlan, a pure function of
+// the device's description, the shape, the options and the tile); KnnWorkspace holds the buffers, KnnKernels the
+// kernels; KnnPasses records the passes one job each (heap pass, merge, list pass, gather, read-back), the list
+// pass usable on its own with per-query bounds; knn_search runs the plan's blocks and batches through them
+// (knn_detail::search_block_batch) and finishes the results (knn_detail::merge_running, knn_detail::finish).
+//
 // Limits: 1 <= k <= Policy::max_k (2048 by default); larger k, float64 on a device without shaderFloat64, a
 // policy the device cannot run or one row larger than a binding throw gpuml::unsupported (the estimators then
 // use the host engine, see detail::run_knn). At most 2^32 - 1 database rows.
@@ -181,12 +187,14 @@ struct KnnPlan {
   std::uint32_t merge_group = kKnnMergeGroup;  // split heaps folded per thread and merge pass
 };
 
-template <class T, class Policy>
-KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint64_t block, std::uint64_t m, std::uint64_t d,
-             std::uint64_t k, std::uint64_t max_batch = UINT64_MAX) {
-  const auto& info = device.info();
+/// The cut of a search on a device described by `info` (its largest buffer: `max_buffer_bytes`) with `tile`, of
+/// database blocks of `block` rows, for m queries of d features and k neighbours; at most `max_batch` queries per
+/// batch. A pure function.
+template <class T>
+KnnPlan cut(const vulkan::DeviceInfo& info, std::uint64_t max_buffer_bytes, const KnnTileParams& tile, std::uint64_t block,
+            std::uint64_t m, std::uint64_t d, std::uint64_t k, std::uint64_t max_batch = UINT64_MAX) {
   const std::uint64_t s = sizeof(T), BQ = tile.block_queries(), BN = tile.block_rows();
-  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
   KnnPlan p;
   // Query batch: one binding for the queries, one split's candidate lists within one binding, the grid's x limit.
   std::uint64_t mb = rows_per_block(m, d * s, max_bytes, "the queries");
@@ -217,6 +225,13 @@ KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint6
   }
   p.splits = ceil_div(block, p.split_rows);
   return p;
+}
+
+/// The cut on `device` (see cut).
+template <class T, class Policy>
+KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint64_t block, std::uint64_t m, std::uint64_t d,
+             std::uint64_t k, std::uint64_t max_batch = UINT64_MAX) {
+  return cut<T>(device.info(), device.max_buffer_bytes(), tile, block, m, d, k, max_batch);
 }
 
 /// The sample pass that bounds a block's search (shaders/knn_select.comp, "Bounds"): about 1/16 of the block's
@@ -304,6 +319,88 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
   return b;
 }
 
+/// What a search's passes need to know of it (KnnPasses): the select kernel's tile, the queries' width, k (also
+/// the stride of the bounds a heap pass starts from), the most queries of one batch (the workspace's buffers hold
+/// that many), candidate-list slots per query and the merge's group.
+struct KnnPassShape {
+  KnnTileParams tile;
+  std::uint64_t d = 0, k = 0, batch_queries = 0, slots = 0;
+  std::uint32_t merge_group = kKnnMergeGroup;
+};
+
+/// Everything a search decides before it touches the device (plan_search): how it is cut into database blocks,
+/// query batches and splits, and which passes it runs.
+struct KnnSearchPlan {
+  KnnTileParams tile;               // the select kernel's tile (the bounding passes are sized on it)
+  KnnPlan cut;                      // split rows and the merge group (sized on the first block); queries per batch
+  std::uint64_t n = 0, m = 0, d = 0, k = 0;
+  std::uint64_t block_rows = 0;     // database rows per block (every block but the last)
+  std::uint64_t batch_queries = 0;  // queries per batch (every batch but the last)
+  std::uint64_t blocks = 0, batches = 0;
+  std::uint64_t fraction = 0;       // a bounding pass samples 1/fraction of a block (0: none)
+  std::uint64_t slots = 0;          // candidate-list slots per query; 0: heaps only
+  bool cpu = false;                 // a CPU device: short splits, and the loop-limit report checked
+  bool coop = false;                // the list passes on cooperative matrices (knn_filter_coop.comp)
+  KnnBoundSample first_sample;      // the first block's bounding passes (the sample buffers hold their heaps)
+
+  /// Splits of the heap pass over a block of `rows` rows.
+  std::uint64_t splits(std::uint64_t rows) const { return ceil_div(rows, cut.split_rows); }
+  /// The bounding passes of a block of `rows` rows.
+  KnnBoundSample sample(std::uint64_t rows) const {
+    return slots ? bound_sample_for_lists(tile, cut, rows, k, cpu, batch_queries, fraction)
+                 : bound_sample(tile, cut, rows, k, cpu, false, fraction);
+  }
+  /// Whether a block runs its bounding passes `s` (at most the first block's splits, whose heaps the buffers hold).
+  bool bounded(const KnnBoundSample& s) const { return s.splits > 0 && s.splits <= first_sample.splits; }
+  KnnPassShape pass_shape() const { return {tile, d, k, batch_queries, slots, cut.merge_group}; }
+};
+
+/// The plan of a search of m > 0 queries against n database rows of d features, in blocks of `block_rows` rows,
+/// for k neighbours under `metric`, on a device described by `info` (its largest buffer: `max_buffer_bytes`), with
+/// `tile` and `options`; `lists_allowed`: whether the tile policy allows candidate lists. A pure function.
+template <class T>
+KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buffer_bytes, const KnnTileParams& tile,
+                          bool lists_allowed, std::uint64_t block_rows, std::uint64_t n, std::uint64_t m, std::uint64_t d,
+                          std::uint64_t k, Metric metric, const KnnSearchOptions& options) {
+  const std::uint64_t s = sizeof(T);
+  KnnSearchPlan p;
+  p.tile = tile;
+  p.n = n, p.m = m, p.d = d, p.k = k;
+  p.block_rows = block_rows;
+  const std::uint64_t nb_first = std::min(n, block_rows);
+  p.cpu = info.type == vulkan::DeviceType::cpu;
+  // Cooperative matrices for the list passes of float32 (squared) euclidean searches (knn_filter_coop.comp). Their
+  // tile holds twice the queries of the usual one, so the plan asks for at least 8192 tile-sized workgroups (a
+  // tuned 1024 left 6 splits and a quarter-filled H200: 93.9 against 83.5 ms at 1M x 128, 10k queries, k = 100).
+  const bool coop_lists = std::is_same_v<T, float> && knn_metric_code(metric) == 0 && info.coop_matrix_f16 &&
+                          options.cooperative_matrices;
+  KnnTileParams plan_tile = tile;
+  if (coop_lists) plan_tile.groups = std::max<std::uint32_t>(plan_tile.groups, 8192);
+  p.cut = cut<T>(info, max_buffer_bytes, plan_tile, nb_first, m, d, k);
+  // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
+  // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
+  if (!options.candidate_lists) lists_allowed = false;
+  p.fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
+  std::uint64_t slots = lists_allowed ? append_slots<T>(info, k, p.fraction, coop_lists ? 2 : 1) : 0;
+  if (slots) {
+    const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
+    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
+    const std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, info.device_local_bytes / 16);
+    const std::uint64_t budget = std::min(max_bytes / slots / s, list_bytes / (slots * (s + 4)));
+    if (budget == 0) slots = 0;
+    else if (budget < p.cut.batch_queries) p.cut = cut<T>(info, max_buffer_bytes, plan_tile, nb_first, m, d, k, budget);
+  }
+  p.first_sample = bound_sample(tile, p.cut, nb_first, k, p.cpu, slots != 0, p.fraction);
+  if (!p.first_sample.splits) slots = 0;
+  p.batch_queries = std::min<std::uint64_t>(m, p.cut.batch_queries);
+  if (slots) p.first_sample = bound_sample_for_lists(tile, p.cut, nb_first, k, p.cpu, p.batch_queries, p.fraction);
+  p.slots = slots;
+  p.coop = slots && coop_lists;
+  p.blocks = ceil_div(n, block_rows);
+  p.batches = ceil_div(m, p.batch_queries);
+  return p;
+}
+
 }  // namespace knn_detail
 
 /// The buffers of a search: queries, heaps, candidate lists and staging on the device, the running k best per query
@@ -318,6 +415,20 @@ struct KnnWorkspace {
       readback, bound_v, bound_i, sample_listed, query_half;
   vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
+  /// Where the staged read-back holds, for batches of up to `batch_queries` queries, the k best per query's indices
+  /// (its values come first), the search's list counts and the list sample's; `bytes`: its size.
+  struct ReadbackLayout {
+    std::uint64_t indices = 0, listed = 0, sample_listed = 0, bytes = 0;
+  };
+  static ReadbackLayout readback_layout(std::uint64_t batch_queries, std::uint64_t k) {
+    ReadbackLayout r;
+    r.indices = batch_queries * k * sizeof(T);
+    r.listed = r.indices + batch_queries * k * sizeof(std::uint32_t);
+    r.sample_listed = r.listed + batch_queries * sizeof(std::uint32_t);
+    r.bytes = r.sample_listed + batch_queries * sizeof(std::uint32_t);
+    return r;
+  }
+
   /// `b`, reallocated when smaller than `bytes`.
   static const vulkan::Buffer& fit(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes,
                                    vulkan::MemoryUse use = vulkan::MemoryUse::device) {
@@ -327,6 +438,47 @@ struct KnnWorkspace {
     }
     return b;
   }
+
+  /// The buffers `plan` uses: heaps for a search without lists (with lists they are fitted only where a batch's
+  /// lists overflow, fit_heaps), the staging where the device's buffers are not mapped (staged()).
+  void prepare(vulkan::Device& device, const knn_detail::KnnSearchPlan& plan) {
+    using vulkan::MemoryUse;
+    const std::uint64_t s = sizeof(T), mb = plan.batch_queries, d = plan.d, k = plan.k, u = sizeof(std::uint32_t);
+    fit(device, queries, mb * d * s);
+    fit(device, query_norms, mb * s);
+    if (plan.slots) {
+      fit(device, list_v, mb * plan.slots * s);
+      fit(device, list_i, mb * plan.slots * u);
+      fit(device, listed, mb * u);
+      fit(device, out_v, mb * k * s);  // the gathered k best per query
+      fit(device, out_i, mb * k * u);
+      fit(device, bound_v, mb * k * s);  // the list sample's k best per query
+      fit(device, bound_i, mb * k * u);
+      fit(device, sample_listed, mb * u);
+    } else {
+      fit_heaps(device, plan);
+    }
+    if (plan.first_sample.splits) {
+      fit(device, sample_v, plan.first_sample.splits * mb * k * s);
+      fit(device, sample_i, plan.first_sample.splits * mb * k * u);
+    }
+    // Staging: the queries in, and the counts and k best per query out (copied within the search's own submission).
+    if (staged()) {
+      fit(device, upload, mb * d * s, MemoryUse::upload);
+      fit(device, readback, readback_layout(mb, k).bytes, MemoryUse::readback);
+    }
+    fit(device, status, 16, MemoryUse::readback);
+    if (plan.coop) fit(device, query_half, ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries * ceil_div(d, 16) * 8 * 4);
+  }
+
+  /// Heaps: one per query and split.
+  void fit_heaps(vulkan::Device& device, const knn_detail::KnnSearchPlan& plan) {
+    fit(device, heap_v, plan.cut.splits * plan.batch_queries * plan.k * sizeof(T));
+    fit(device, heap_i, plan.cut.splits * plan.batch_queries * plan.k * sizeof(std::uint32_t));
+  }
+
+  /// Whether the device's buffers are not mapped, so that queries and results pass through staging buffers.
+  bool staged() const noexcept { return queries.mapped() == nullptr; }
 };
 
 /// A database on the device: its rows in blocks of one binding each, with their squared norms. Built once (by
@@ -400,6 +552,392 @@ inline KnnSearchStats& knn_last_search() {
   return knn_detail::last_search();
 }
 
+/// The kernels a search records, held while it records and submits; null where its plan does not use them.
+struct KnnKernels {
+  vulkan::KernelRef select;       // knn_select.comp keeping heaps
+  vulkan::KernelRef merge;        // knn_merge.comp
+  vulkan::KernelRef append;       // knn_select.comp appending to candidate lists
+  vulkan::KernelRef gather;       // knn_gather.comp
+  vulkan::KernelRef filter_coop;  // knn_filter_coop.comp: the list passes on cooperative matrices
+  vulkan::KernelRef half;         // knn_half.comp: float16 rows for filter_coop
+
+  /// knn_select.comp with `tile` for `metric`, keeping heaps or (`append`) appending to candidate lists; `cpu`: the
+  /// loop-limit report of CPU devices.
+  template <class T>
+  static vulkan::KernelRef make_select(vulkan::Device& device, const KnnTileParams& tile, Metric metric, bool append, bool cpu) {
+    return device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
+                          tile.constants(knn_metric_code(metric), append, cpu)});
+  }
+  template <class T>
+  static vulkan::KernelRef make_merge(vulkan::Device& device) {
+    return device.kernel({KnnShaders<T>::merge(), merge_interface::kBindingCount, sizeof(merge_interface::Push),
+                          spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})});
+  }
+  /// knn_gather.comp for lists of `slots` slots; `exact`: it forms the values of the listed pairs (filter_coop's
+  /// lists hold indices only).
+  template <class T>
+  static vulkan::KernelRef make_gather(vulkan::Device& device, std::uint64_t slots, bool exact, bool cpu) {
+    namespace shader = gather_interface;
+    return device.kernel({KnnShaders<T>::gather(), shader::kBindingCount, sizeof(shader::Push),
+                          spec_constants(shader::kSpecCount,
+                                         {{shader::kSpecThreads, kKnnGatherThreads},
+                                          {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
+                                          {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
+  }
+
+  /// Those that `plan` uses, for `metric`.
+  template <class T>
+  static KnnKernels for_plan(vulkan::Device& device, const knn_detail::KnnSearchPlan& plan, Metric metric) {
+    KnnKernels k;
+    k.select = make_select<T>(device, plan.tile, metric, false, plan.cpu);
+    k.merge = make_merge<T>(device);
+    if constexpr (std::is_same_v<T, float>) {
+      if (plan.coop) {
+        const auto& info = device.info();
+        k.filter_coop = device.kernel({KnnShaders<T>::filter_coop(), filter_coop_interface::kBindingCount,
+                                       sizeof(filter_coop_interface::Push), spec_constants(filter_coop_interface::kSpecCount, {}),
+                                       info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
+        k.half = device.kernel({KnnShaders<T>::half(), half_interface::kBindingCount, sizeof(half_interface::Push),
+                                spec_constants(half_interface::kSpecCount, {})});
+      }
+    }
+    if (plan.slots) {
+      k.append = make_select<T>(device, plan.tile, metric, true, plan.cpu);
+      k.gather = make_gather<T>(device, plan.slots, k.filter_coop != nullptr, plan.cpu);
+    }
+    return k;
+  }
+};
+
+namespace knn_detail {
+
+/// Makes `out` (unless made already) the float16 rows of `block` of X for knn_filter_coop.comp, padded by a filter
+/// tile past its end, with their terms; `half`: knn_half.comp.
+template <class T>
+void make_half_block(vulkan::Device& device, const vulkan::Kernel& half, MatrixView<T> X,
+                     const typename KnnDatabase<T>::Block& block, KnnHalfRows& out) {
+  if (out.rows) return;
+  const std::uint64_t nb = block.rows, d = X.cols();
+  const std::uint64_t rows_out = ceil_div(nb, 16) * 16 + kKnnCoopRows;
+  out.scale = half_scale<T>(X, static_cast<std::int64_t>(block.first), static_cast<std::int64_t>(block.first + nb));
+  out.rows = device.buffer(rows_out * ceil_div(d, 16) * 8 * 4);
+  out.terms = device.buffer(rows_out * 4);
+  vulkan::Commands convert(device);
+  record_half_rows<T>(device, convert, half, block.x, block.norms, nb, d, rows_out, out.scale, out.rows, &out.terms);
+  convert.submit_and_wait();
+}
+
+}  // namespace knn_detail
+
+/// The passes of a search, each recorded into `cmds` with one job, for one (database block, query batch) pair at a
+/// time: the batch loaded into the workspace (load_queries) against the block set by set_block. A pass records its
+/// dispatches only; the caller orders passes with barriers, then reads back and submits (read_back, submit).
+template <class T>
+class KnnPasses {
+ public:
+  using Block = typename KnnDatabase<T>::Block;
+
+  /// `ws` holds the buffers of `shape` (KnnWorkspace::prepare, or fitted by the caller for the passes it runs);
+  /// `kernels` those of the passes run; the passes add to `stats`.
+  KnnPasses(vulkan::Device& device, vulkan::Commands& cmds, const KnnKernels& kernels, KnnWorkspace<T>& ws,
+            KnnSearchStats& stats, const knn_detail::KnnPassShape& shape)
+      : device_(device), cmds_(cmds), kernels_(kernels), ws_(ws), stats_(stats), shape_(shape),
+        layout_(KnnWorkspace<T>::readback_layout(shape.batch_queries, shape.k)) {}
+
+  /// Starts a new recording; clears the loop-limit report first where `clear_status` (CPU devices).
+  void begin(bool clear_status) {
+    cmds_.reset();
+    if (clear_status) {
+      cmds_.fill(ws_.status, 0, 16, 0u);
+      cmds_.barrier();
+    }
+  }
+  /// Where the passes' device time starts (submit ends it).
+  void start_clock() { cmds_.timestamp(0); }
+  /// Makes every earlier pass's writes visible to every later pass.
+  void barrier() { cmds_.barrier(); }
+
+  /// Records the upload of query rows [first, first + rows) into the workspace (at most the shape's batch), their
+  /// squared norms and, where the cooperative-matrix filter runs, their float16 rows.
+  void load_queries(MatrixView<T> queries, std::uint64_t first, std::uint64_t rows) {
+    const auto q0 = static_cast<std::int64_t>(first), q1 = static_cast<std::int64_t>(first + rows);
+    // Rows packed straight into mapped memory.
+    vulkan::pack_rows<T>(queries, q0, q1, static_cast<T*>(ws_.staged() ? ws_.upload.mapped() : ws_.queries.mapped()));
+    if (ws_.staged()) {
+      cmds_.copy(ws_.upload, 0, ws_.queries, 0, rows * shape_.d * sizeof(T));
+      cmds_.barrier();
+    }
+    record_row_sq_norms<T>(device_, cmds_, ws_.queries, ws_.query_norms, rows, shape_.d);
+    if (kernels_.filter_coop) {
+      query_scale_ = knn_detail::half_scale<T>(queries, q0, q1);
+      knn_detail::record_half_rows<T>(device_, cmds_, *kernels_.half, ws_.queries, ws_.query_norms, rows, shape_.d,
+                                      ceil_div(rows, kKnnCoopQueries) * kKnnCoopQueries, query_scale_, ws_.query_half,
+                                      nullptr);
+    }
+    cmds_.barrier();
+  }
+
+  /// The database block the next passes read (`half`: its float16 rows where the cooperative-matrix filter runs),
+  /// against the first `queries` queries loaded.
+  void set_block(const Block& block, const KnnHalfRows* half, std::uint64_t queries) {
+    block_ = &block;
+    half_ = half;
+    mb_ = queries;
+  }
+
+  /// The heap pass (knn_select.comp): every query's k best pairs of each of n_splits splits of split_rows rows,
+  /// stride apart, into heaps (v, i): split s's at s x queries x k. From +inf, or from the bounds where given (query
+  /// q's at element q x k of `bounds`: a merged heap's root).
+  void heap_pass(std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride, const vulkan::Buffer* bounds,
+                 const vulkan::Buffer& v, const vulkan::Buffer& i) {
+    const select_interface::Push push{.m = std::uint32_t(mb_), .n = std::uint32_t(block_->rows), .d = std::uint32_t(shape_.d),
+                                      .k = std::uint32_t(shape_.k), .split_rows = std::uint32_t(split_rows),
+                                      .base = std::uint32_t(block_->first), .split_stride = std::uint32_t(stride),
+                                      .bounded = bounds ? 1u : 0u, .cap = 0u};
+    cmds_.dispatch(kernels_.select,
+                   {ws_.queries, block_->x, ws_.query_norms, block_->norms, v, i, bounds ? *bounds : v, i, ws_.status},
+                   push, query_tiles(), static_cast<std::uint32_t>(n_splits));
+  }
+
+  /// Merges the heaps of n_splits splits (heap_pass) into split 0's, the shape's merge group at a time.
+  void merge_heaps(const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t n_splits) {
+    const std::uint32_t group = shape_.merge_group;
+    for (std::uint64_t stride = 1; stride < n_splits; stride *= group) {
+      cmds_.barrier();
+      const merge_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .splits = std::uint32_t(n_splits),
+                                       .stride = std::uint32_t(stride), .group = group};
+      cmds_.dispatch(kernels_.merge, {v, i}, push, static_cast<std::uint32_t>(ceil_div(mb_, kKnnMergeThreads)),
+                     static_cast<std::uint32_t>(ceil_div(n_splits, stride * group)));
+    }
+  }
+
+  /// Records the zeroing of the list counts `listed` (one per query), before a list pass appends to them.
+  void clear_counts(const vulkan::Buffer& listed) { cmds_.fill(listed, 0, mb_ * sizeof(std::uint32_t), 0u); }
+
+  /// The list pass, usable on its own given per-query bounds (a radius search: every bound the radius, on the
+  /// selection scale: squared for euclidean, -similarity for the inner product): over n_splits splits of split_rows
+  /// rows, stride apart, every pair whose value is at most its query's bound (query q's at element q x bound_stride
+  /// of `bounds`; widened by 2^-20 of its size, as knn_select.comp does) is appended to the query's candidate list in
+  /// the workspace (list_v, list_i: the shape's slots per query) and counted in `listed`, which the caller zeroes
+  /// first (clear_counts). A count above the slots means the list overflowed: only the first pairs appended are kept.
+  /// With the cooperative-matrix filter (float32 (squared) euclidean), the lists hold the indices of candidates, a
+  /// superset of those pairs, and no values: knn_gather.comp (EXACT) forms and tests them.
+  void list_pass(std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride, const vulkan::Buffer& bounds,
+                 std::uint64_t bound_stride, const vulkan::Buffer& listed) {
+    if (kernels_.filter_coop) {
+      const filter_coop_interface::Push push{
+          .m = std::uint32_t(mb_), .k = std::uint32_t(bound_stride), .pairs = std::uint32_t(ceil_div(shape_.d, 16) * 8),
+          .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(block_->first),
+          .cap = std::uint32_t(shape_.slots), .nb = std::uint32_t(block_->rows), .m2w = -2.0f / (query_scale_ * half_->scale),
+          .qscale = query_scale_, .d = std::uint32_t(shape_.d)};
+      cmds_.dispatch(kernels_.filter_coop,
+                     {ws_.query_half, half_->rows, ws_.query_norms, half_->terms, ws_.list_i, listed, bounds}, push,
+                     static_cast<std::uint32_t>(ceil_div(mb_, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
+      ++stats_.coop_passes;
+      return;
+    }
+    const select_interface::Push push{.m = std::uint32_t(mb_), .n = std::uint32_t(block_->rows), .d = std::uint32_t(shape_.d),
+                                      .k = std::uint32_t(bound_stride), .split_rows = std::uint32_t(split_rows),
+                                      .base = std::uint32_t(block_->first), .split_stride = std::uint32_t(stride),
+                                      .bounded = 1u, .cap = std::uint32_t(shape_.slots)};
+    cmds_.dispatch(kernels_.append,
+                   {ws_.queries, block_->x, ws_.query_norms, block_->norms, ws_.list_v, ws_.list_i, bounds, listed, ws_.status},
+                   push, query_tiles(), static_cast<std::uint32_t>(n_splits));
+  }
+
+  /// The gather of the candidate lists counted in `listed` (knn_gather.comp): each query's k best pairs, into (v, i),
+  /// written k-th best first, so that its first pair is the bound a heap root gives.
+  void gather_lists(const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
+    const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(shape_.slots),
+                                      .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
+    const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
+    cmds_.dispatch(kernels_.gather,
+                   {ws_.list_v, ws_.list_i, listed, v, i, ws_.queries, block_->x, ws_.query_norms, block_->norms, ws_.status},
+                   push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
+  }
+
+  /// Makes the k best per query (v, i) and, `with_counts`, the list counts (the search's and the list sample's)
+  /// readable by the host after submit (results, overflowed).
+  void read_back(const vulkan::Buffer& v, const vulkan::Buffer& i, bool with_counts) {
+    cmds_.barrier();
+    if (ws_.staged()) {
+      cmds_.copy(v, 0, ws_.readback, 0, mb_ * shape_.k * sizeof(T));
+      cmds_.copy(i, 0, ws_.readback, layout_.indices, mb_ * shape_.k * sizeof(std::uint32_t));
+      if (with_counts) {
+        cmds_.copy(ws_.listed, 0, ws_.readback, layout_.listed, mb_ * sizeof(std::uint32_t));
+        cmds_.copy(ws_.sample_listed, 0, ws_.readback, layout_.sample_listed, mb_ * sizeof(std::uint32_t));
+      }
+    }
+    cmds_.host_barrier();
+  }
+
+  /// Submits the recording and waits; adds its device time (from start_clock) to the stats. Throws
+  /// gpuml::unsupported where llvmpipe cut a kernel short.
+  void submit() {
+    cmds_.timestamp(1);
+    cmds_.submit_and_wait();
+    stats_.device_ms += cmds_.elapsed_ms(0, 1);
+    if (device_.info().type == vulkan::DeviceType::cpu && *static_cast<const std::uint32_t*>(ws_.status.mapped()) != 0)
+      throw unsupported(device_.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
+                        "per invocation) for d=" + std::to_string(shape_.d) + ", k=" + std::to_string(shape_.k));
+  }
+
+  /// After submit: whether a list counted in the workspace's `listed` (ws.listed or ws.sample_listed, read back with
+  /// counts) overflowed its slots (thousands of pairs tied at a bound).
+  bool overflowed(const vulkan::Buffer& listed) const {
+    const std::uint64_t at = &listed == &ws_.sample_listed ? layout_.sample_listed : layout_.listed;
+    const auto* c = static_cast<const std::uint32_t*>(
+        ws_.staged() ? static_cast<const void*>(static_cast<const char*>(ws_.readback.mapped()) + at) : listed.mapped());
+    return std::any_of(c, c + mb_, [&](std::uint32_t n_listed) { return n_listed > shape_.slots; });
+  }
+
+  /// After submit: the k best per query read back from (v, i), in mapped memory (queries x k each).
+  std::pair<const T*, const std::uint32_t*> results(const vulkan::Buffer& v, const vulkan::Buffer& i) const {
+    const void* vals = ws_.staged() ? ws_.readback.mapped() : v.mapped();
+    const void* idx = ws_.staged() ? static_cast<const char*>(ws_.readback.mapped()) + layout_.indices : i.mapped();
+    return {static_cast<const T*>(vals), static_cast<const std::uint32_t*>(idx)};
+  }
+
+ private:
+  std::uint32_t query_tiles() const { return static_cast<std::uint32_t>(ceil_div(mb_, shape_.tile.block_queries())); }
+
+  vulkan::Device& device_;
+  vulkan::Commands& cmds_;
+  const KnnKernels& kernels_;
+  KnnWorkspace<T>& ws_;
+  KnnSearchStats& stats_;
+  knn_detail::KnnPassShape shape_;
+  typename KnnWorkspace<T>::ReadbackLayout layout_;
+  const Block* block_ = nullptr;
+  const KnnHalfRows* half_ = nullptr;
+  std::uint64_t mb_ = 0;
+  float query_scale_ = 1;  // the loaded queries' float16 scale
+};
+
+namespace knn_detail {
+
+/// The heap pass over a whole block of `rows` rows (from the bounds where given), its merge, read-back and
+/// submission: the k best per query in ws.heap_v / heap_i.
+template <class T>
+void search_with_heaps(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspace<T>& ws, const KnnSearchPlan& plan,
+                       std::uint64_t rows, const vulkan::Buffer* bounds) {
+  ws.fit_heaps(device, plan);
+  const std::uint64_t splits = plan.splits(rows);
+  passes.heap_pass(splits, plan.cut.split_rows, plan.cut.split_rows, bounds, ws.heap_v, ws.heap_i);
+  passes.merge_heaps(ws.heap_v, ws.heap_i, splits);
+  passes.read_back(ws.heap_v, ws.heap_i, false);
+  passes.submit();
+}
+
+/// The search of one (database block of `rows` rows, query batch) pair, recorded after the batch's load and
+/// start_clock: the bounding passes `sample` where the plan runs them (a heap pass over a sample, then with lists a
+/// list pass over a larger one and its gather), then the list pass over the block and its gather (and, where a
+/// list overflowed, heaps for the batch from the bounds that hold), or heaps; submitted. Returns whether the k best
+/// per query came from the lists (ws.out_v / out_i) rather than the heaps (ws.heap_v / heap_i).
+template <class T>
+bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspace<T>& ws, const KnnSearchPlan& plan,
+                        const KnnBoundSample& sample, std::uint64_t rows, KnnSearchStats& st) {
+  const bool bounded = plan.bounded(sample);
+  const bool lists = bounded && plan.slots;
+  const bool list_sample = lists && sample.list_splits > 0;
+  if (lists) passes.clear_counts(ws.listed);
+  if (list_sample) passes.clear_counts(ws.sample_listed);
+  if (bounded) {
+    passes.heap_pass(sample.splits, sample.rows, sample.stride, nullptr, ws.sample_v, ws.sample_i);
+    passes.merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
+    passes.barrier();
+    st.sample_rows += sample.splits * sample.rows;
+  }
+  if (list_sample) {
+    passes.list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, plan.k, ws.sample_listed);
+    passes.barrier();
+    passes.gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
+    passes.barrier();
+    st.sample_rows += sample.list_splits * sample.list_rows;
+  }
+  const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
+  if (!lists) {
+    search_with_heaps(device, passes, ws, plan, rows, bounded ? &bound : nullptr);
+    return false;
+  }
+  passes.list_pass(plan.splits(rows), plan.cut.split_rows, plan.cut.split_rows, bound, plan.k, ws.listed);
+  passes.barrier();
+  passes.gather_lists(ws.listed, ws.out_v, ws.out_i);
+  passes.read_back(ws.out_v, ws.out_i, true);
+  passes.submit();
+  // Overflowed lists (many pairs tied at a bound): the list sample's, whose bounds are then unusable, or the
+  // search's. Heaps for this batch then, from the bounds that hold.
+  const bool sample_overflow = list_sample && passes.overflowed(ws.sample_listed);
+  const bool from_lists = !sample_overflow && !passes.overflowed(ws.listed);
+  ++(from_lists ? st.list_batches : st.list_overflows);
+  if (!from_lists) {
+    passes.begin(true);
+    passes.start_clock();
+    search_with_heaps(device, passes, ws, plan, rows, sample_overflow ? &ws.sample_v : &bound);
+  }
+  return from_lists;
+}
+
+/// Whether the finish recomputes the values of `metric` (and then sorts).
+inline bool finish_recomputes(Metric metric) {
+  return metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
+}
+
+/// Merges a batch's k best per query (vals, idx: queries x k; sentinels skipped) into the running lists of queries
+/// [q0, q0 + queries) (best: k (value, index) pairs per query, the first best_count[q] in use), cut to the k best.
+/// Sorted where `sort_now`; otherwise (the first block, where the finish sorts anyway) kept unsorted.
+template <class T>
+void merge_running(std::vector<std::pair<T, std::int64_t>>& best, std::vector<int>& best_count, const T* vals,
+                   const std::uint32_t* idx, std::uint64_t q0, std::uint64_t queries, int k, bool sort_now) {
+  using Cand = std::pair<T, std::int64_t>;
+  parallel_chunks(static_cast<std::int64_t>(queries), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {
+    std::vector<Cand> cand;
+    for (std::int64_t lq = qb; lq < qe; ++lq) {
+      const std::size_t q = static_cast<std::size_t>(q0 + lq);
+      cand.assign(best.begin() + q * k, best.begin() + q * k + best_count[q]);
+      const std::size_t off = static_cast<std::size_t>(lq * k);
+      for (int c = 0; c < k; ++c)
+        if (idx[off + c] != UINT32_MAX) cand.emplace_back(vals[off + c], static_cast<std::int64_t>(idx[off + c]));
+      const std::size_t keep = std::min<std::size_t>(cand.size(), static_cast<std::size_t>(k));
+      if (sort_now) std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
+      std::copy_n(cand.begin(), keep, best.begin() + q * k);
+      best_count[q] = static_cast<int>(keep);
+    }
+  });
+}
+
+/// Finishes the running lists into `result` as the host engine does: exact values for the metrics it recomputes,
+/// sorted, converted. Throws gpuml::error where a query has fewer than k neighbours.
+template <class T>
+void finish(algorithms::KnnResult<T>& result, const std::vector<std::pair<T, std::int64_t>>& best,
+            const std::vector<int>& best_count, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+  using Cand = std::pair<T, std::int64_t>;
+  for (int c : best_count)
+    if (c != k) throw error("knn_search: the device returned fewer than k neighbours for a query");
+  const bool recompute = finish_recomputes(metric);
+  const std::int64_t d = database.cols();
+  parallel_chunks(queries.rows(), 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    std::vector<Cand> cand;
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::size_t q = static_cast<std::size_t>(i);
+      cand.assign(best.begin() + q * k, best.begin() + (q + 1) * k);
+      if (recompute) {
+        const T* qr = queries.row(i).data();
+        const T qsq = metric == Metric::cosine ? algorithms::dot_fixed(qr, qr, d) : T(0);
+        for (auto& [v, j] : cand) {
+          const T* x = database.row(j).data();
+          v = metric == Metric::cosine ? algorithms::cosine_exact(qr, x, d, qsq, algorithms::dot_fixed(x, x, d))
+                                       : algorithms::sqdist_fixed(qr, x, d);
+        }
+        std::sort(cand.begin(), cand.end());
+      }
+      algorithms::write_neighbours(result, i, cand, k, metric);
+    }
+  });
+}
+
+}  // namespace knn_detail
+
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
 /// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
 /// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
@@ -437,348 +975,55 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   } keep_last{st};
   if (m == 0) return result;
 
-  const std::uint64_t s = sizeof(T);
+  // The plan.
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
-  const std::uint64_t nb_first = std::min<std::uint64_t>(n, nb_max);
-  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
-  // Cooperative matrices for the list passes of float32 (squared) euclidean searches (knn_filter_coop.comp). Their
-  // tile holds twice the queries of the usual one, so the plan asks for at least 8192 tile-sized workgroups (a
-  // tuned 1024 left 6 splits and a quarter-filled H200: 93.9 against 83.5 ms at 1M x 128, 10k queries, k = 100).
-  const bool coop_lists = std::is_same_v<T, float> && knn_metric_code(metric) == 0 && device.info().coop_matrix_f16 &&
-                          options.cooperative_matrices;
-  KnnTileParams plan_tile = tile;
-  if (coop_lists) plan_tile.groups = std::max<std::uint32_t>(plan_tile.groups, 8192);
-  auto pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k);
-  // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
-  // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   bool lists_allowed = true;
   if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
-  if (!options.candidate_lists) lists_allowed = false;
-  const std::uint64_t fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
-  std::uint64_t slots = lists_allowed ? knn_detail::append_slots<T>(device.info(), k, fraction, coop_lists ? 2 : 1) : 0;
-  if (slots) {
-    const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
-    const std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, device.info().device_local_bytes / 16);
-    const std::uint64_t budget = std::min(max_bytes / slots / s, list_bytes / (slots * (s + 4)));
-    if (budget == 0) slots = 0;
-    else if (budget < pl.batch_queries) pl = knn_detail::plan<T, Policy>(device, plan_tile, nb_first, m, d, k, budget);
-  }
-  auto first_sample = knn_detail::bound_sample(tile, pl, nb_first, k, cpu, slots != 0, fraction);
-  if (!first_sample.splits) slots = 0;
-  const std::uint64_t mb_max = std::min<std::uint64_t>(m, pl.batch_queries);
-  if (slots) first_sample = knn_detail::bound_sample_for_lists(tile, pl, nb_first, k, cpu, mb_max, fraction);
+  const knn_detail::KnnSearchPlan plan =
+      knn_detail::plan_search<T>(device.info(), device.max_buffer_bytes(), tile, lists_allowed, nb_max, n, m, d, k, metric, options);
 
-  using Workspace = KnnWorkspace<T>;
-  Workspace scratch;
-  Workspace& ws = resident ? resident->workspace() : scratch;
+  // The workspace and the kernels.
+  KnnWorkspace<T> scratch;
+  KnnWorkspace<T>& ws = resident ? resident->workspace() : scratch;
   std::lock_guard ws_lock(ws.mutex);
-  using vulkan::MemoryUse;
-  const auto& qbuf = Workspace::fit(device, ws.queries, mb_max * d * s);
-  const auto& qn = Workspace::fit(device, ws.query_norms, mb_max * s);
-  // Heaps: one per query and split, or (with lists) only where a batch's lists overflow.
-  auto heaps = [&] {
-    Workspace::fit(device, ws.heap_v, pl.splits * mb_max * k * s);
-    Workspace::fit(device, ws.heap_i, pl.splits * mb_max * k * sizeof(std::uint32_t));
-  };
-  if (slots) {
-    Workspace::fit(device, ws.list_v, mb_max * slots * s);
-    Workspace::fit(device, ws.list_i, mb_max * slots * sizeof(std::uint32_t));
-    Workspace::fit(device, ws.listed, mb_max * sizeof(std::uint32_t));
-    Workspace::fit(device, ws.out_v, mb_max * k * s);  // the gathered k best per query
-    Workspace::fit(device, ws.out_i, mb_max * k * sizeof(std::uint32_t));
-    Workspace::fit(device, ws.bound_v, mb_max * k * s);  // the list sample's k best per query
-    Workspace::fit(device, ws.bound_i, mb_max * k * sizeof(std::uint32_t));
-    Workspace::fit(device, ws.sample_listed, mb_max * sizeof(std::uint32_t));
-  } else {
-    heaps();
-  }
-  if (first_sample.splits) {
-    Workspace::fit(device, ws.sample_v, first_sample.splits * mb_max * k * s);
-    Workspace::fit(device, ws.sample_i, first_sample.splits * mb_max * k * sizeof(std::uint32_t));
-  }
-  // Staging where the device's buffers are not mapped: the queries in, and the counts and k best per query out
-  // (copied within the search's own submission): values, indices, the search's list counts, the sample's.
-  const bool staged = qbuf.mapped() == nullptr;
-  const std::uint64_t rb_idx = mb_max * k * s, rb_listed = rb_idx + mb_max * k * sizeof(std::uint32_t),
-                      rb_sample_listed = rb_listed + mb_max * sizeof(std::uint32_t);
-  if (staged) {
-    Workspace::fit(device, ws.upload, mb_max * d * s, MemoryUse::upload);
-    Workspace::fit(device, ws.readback, rb_sample_listed + mb_max * sizeof(std::uint32_t), MemoryUse::readback);
-  }
-  const auto metric_code = knn_metric_code(metric);
-  const auto& kernel = device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
-                                      tile.constants(metric_code, false, cpu)});
-  const auto& status = Workspace::fit(device, ws.status, 16, MemoryUse::readback);
-  const auto& merge = device.kernel({KnnShaders<T>::merge(), merge_interface::kBindingCount, sizeof(merge_interface::Push),
-                                     spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})});
-  vulkan::KernelRef appender;
-  vulkan::KernelRef gather;
-  // Cooperative matrices for the list passes (float32 (squared) euclidean): the filter appends candidates' indices,
-  // the gather forms their values.
-  vulkan::KernelRef coop;
-  vulkan::KernelRef half;
-  const std::uint64_t half_pairs = ceil_div(d, 16) * 8;  // uints per float16 row
-  if constexpr (std::is_same_v<T, float>) {
-    const auto& info = device.info();
-    if (slots && coop_lists) {
-      coop = device.kernel({KnnShaders<T>::filter_coop(), filter_coop_interface::kBindingCount,
-                            sizeof(filter_coop_interface::Push), spec_constants(filter_coop_interface::kSpecCount, {}),
-                            info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
-      half = device.kernel({KnnShaders<T>::half(), half_interface::kBindingCount, sizeof(half_interface::Push),
-                            spec_constants(half_interface::kSpecCount, {})});
-      Workspace::fit(device, ws.query_half, ceil_div(mb_max, kKnnCoopQueries) * kKnnCoopQueries * half_pairs * 4);
-    }
-  }
-  if (slots) {
-    appender = device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
-                              tile.constants(metric_code, true, cpu)});
-    namespace shader = gather_interface;
-    gather = device.kernel({KnnShaders<T>::gather(), shader::kBindingCount, sizeof(shader::Push),
-                            spec_constants(shader::kSpecCount,
-                                           {{shader::kSpecThreads, kKnnGatherThreads},
-                                            {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
-                                            {shader::kSpecExact, coop ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
-  }
+  ws.prepare(device, plan);
+  const KnnKernels kernels = KnnKernels::for_plan<T>(device, plan, metric);
 
-  // The metrics whose values the finish recomputes (and then sorts).
-  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
   // Running k best per query, merged from every database block; (value, index) ordered.
-  using Cand = std::pair<T, Index>;
-  static_assert(std::is_same_v<Cand, typename decltype(ws.best)::value_type>);
   auto& best = ws.best;
   auto& best_count = ws.best_count;
   best.resize(static_cast<std::size_t>(m) * k);
   best_count.assign(static_cast<std::size_t>(m), 0);
 
+  // The blocks and batches, through the passes.
   vulkan::Commands cmds(device, 2);
-  const std::uint64_t n_batches = ceil_div(m, mb_max);
-  const std::uint64_t n_blocks = ceil_div(n, nb_max);
-  if (coop && resident) resident->half_blocks().resize(n_blocks);
-  float query_scale = 1;
-  for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
+  KnnPasses<T> passes(device, cmds, kernels, ws, st, plan.pass_shape());
+  if (plan.coop && resident) resident->half_blocks().resize(plan.blocks);
+  for (std::uint64_t blk = 0; blk < plan.blocks; ++blk) {
     const std::uint64_t b0 = blk * nb_max;
     typename KnnDatabase<T>::Block streamed;
     if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
     const auto& block = resident ? resident->blocks()[blk] : streamed;
-    const std::uint64_t nb = block.rows;
     KnnHalfRows streamed_half;
-    KnnHalfRows* xhalf = coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
-    if (xhalf && !xhalf->rows) {  // the block as float16, padded by a tile past its end
-      const std::uint64_t rows_out = ceil_div(nb, 16) * 16 + kKnnCoopRows;
-      xhalf->scale = knn_detail::half_scale<T>(database, static_cast<Index>(b0), static_cast<Index>(b0 + nb));
-      xhalf->rows = device.buffer(rows_out * half_pairs * 4);
-      xhalf->terms = device.buffer(rows_out * 4);
-      vulkan::Commands convert(device);
-      knn_detail::record_half_rows<T>(device, convert, *half, block.x, block.norms, nb, d, rows_out, xhalf->scale,
-                                      xhalf->rows, &xhalf->terms);
-      convert.submit_and_wait();
-    }
-    const std::uint64_t splits = ceil_div(nb, pl.split_rows);
-    for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += mb_max) {
-      const std::uint64_t mb = std::min<std::uint64_t>(mb_max, m - q0);
-      const bool new_queries = n_batches > 1 || blk == 0;
-      cmds.reset();
-      if (cpu) {
-        cmds.fill(status, 0, 16, 0u);
-        cmds.barrier();
-      }
-      if (new_queries) {
-        // Rows q0 .. q0 + mb of the queries, packed, straight into mapped memory.
-        vulkan::pack_rows<T>(queries, static_cast<Index>(q0), static_cast<Index>(q0 + mb),
-                             static_cast<T*>(staged ? ws.upload.mapped() : qbuf.mapped()));
-        if (staged) {
-          cmds.copy(ws.upload, 0, qbuf, 0, mb * d * s);
-          cmds.barrier();
-        }
-        record_row_sq_norms<T>(device, cmds, qbuf, qn, mb, d);
-        if (coop) {
-          query_scale = knn_detail::half_scale<T>(queries, static_cast<Index>(q0), static_cast<Index>(q0 + mb));
-          knn_detail::record_half_rows<T>(device, cmds, *half, qbuf, qn, mb, d,
-                                          ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries, query_scale,
-                                          ws.query_half, nullptr);
-        }
-        cmds.barrier();
-      }
-      cmds.timestamp(0);
-      const auto query_tiles = static_cast<std::uint32_t>(ceil_div(mb, tile.block_queries()));
-      // Merges n_splits heaps on the device, pl.merge_group at a time, into split 0's.
-      auto merge_heaps = [&](const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t n_splits) {
-        for (std::uint64_t stride = 1; stride < n_splits; stride *= pl.merge_group) {
-          cmds.barrier();
-          const merge_interface::Push mpush{.m = std::uint32_t(mb), .k = std::uint32_t(k), .splits = std::uint32_t(n_splits),
-                                            .stride = std::uint32_t(stride), .group = pl.merge_group};
-          cmds.dispatch(merge, {v, i}, mpush, static_cast<std::uint32_t>(ceil_div(mb, kKnnMergeThreads)),
-                        static_cast<std::uint32_t>(ceil_div(n_splits, stride * pl.merge_group)));
-        }
-      };
-      // Makes the k best per query (and the list counts) readable by the host after the fence.
-      auto read_back = [&](const vulkan::Buffer& v, const vulkan::Buffer& i, bool with_counts) {
-        cmds.barrier();
-        if (staged) {
-          cmds.copy(v, 0, ws.readback, 0, mb * k * s);
-          cmds.copy(i, 0, ws.readback, rb_idx, mb * k * sizeof(std::uint32_t));
-          if (with_counts) {
-            cmds.copy(ws.listed, 0, ws.readback, rb_listed, mb * sizeof(std::uint32_t));
-            cmds.copy(ws.sample_listed, 0, ws.readback, rb_sample_listed, mb * sizeof(std::uint32_t));
-          }
-        }
-        cmds.host_barrier();
-      };
-      auto finish_batch = [&] {
-        cmds.timestamp(1);
-        cmds.submit_and_wait();
-        st.device_ms += cmds.elapsed_ms(0, 1);
-        if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
-          throw unsupported(device.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
-                            "per invocation) for d=" + std::to_string(d) + ", k=" + std::to_string(k));
-      };
-      const auto sample = slots ? knn_detail::bound_sample_for_lists(tile, pl, nb, k, cpu, mb_max, fraction)
-                                : knn_detail::bound_sample(tile, pl, nb, k, cpu, false, fraction);
-      const bool bounded = sample.splits > 0 && sample.splits <= first_sample.splits;
-      const bool lists = bounded && slots;
-      const bool list_sample = lists && sample.list_splits > 0;
-      // The gather of candidate lists (written k-th best first, so its first pair is the bound a heap root gives).
-      auto gather_lists = [&](const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
-        const gather_interface::Push gpush{.m = std::uint32_t(mb), .k = std::uint32_t(k), .cap = std::uint32_t(slots),
-                                           .d = std::uint32_t(d), .base = std::uint32_t(b0)};
-        const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb, device.info().max_workgroup_count[0]));
-        cmds.dispatch(*gather, {ws.list_v, ws.list_i, listed, v, i, qbuf, block.x, qn, block.norms, status}, gpush, gx,
-                      static_cast<std::uint32_t>(ceil_div(mb, gx)));
-      };
-      if (lists) cmds.fill(ws.listed, 0, mb * sizeof(std::uint32_t), 0u);
-      if (list_sample) cmds.fill(ws.sample_listed, 0, mb * sizeof(std::uint32_t), 0u);
-      if (bounded) {
-        const select_interface::Push spush{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
-                                           .k = std::uint32_t(k), .split_rows = std::uint32_t(sample.rows),
-                                           .base = std::uint32_t(b0), .split_stride = std::uint32_t(sample.stride),
-                                           .bounded = 0u, .cap = 0u};
-        cmds.dispatch(kernel, {qbuf, block.x, qn, block.norms, ws.sample_v, ws.sample_i, ws.sample_v, ws.sample_i, status}, spush,
-                      query_tiles, static_cast<std::uint32_t>(sample.splits));
-        merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
-        cmds.barrier();
-        st.sample_rows += sample.splits * sample.rows;
-      }
-      // A list pass over n_splits splits of split_rows rows, stride apart.
-      auto list_pass = [&](std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride,
-                           const vulkan::Buffer& from_bound, const vulkan::Buffer& listed) {
-        const select_interface::Push push{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
-                                          .k = std::uint32_t(k), .split_rows = std::uint32_t(split_rows),
-                                          .base = std::uint32_t(b0), .split_stride = std::uint32_t(stride),
-                                          .bounded = 1u, .cap = std::uint32_t(slots)};
-        if (coop) {
-          const filter_coop_interface::Push cpush{
-              .m = std::uint32_t(mb), .k = std::uint32_t(k), .pairs = std::uint32_t(half_pairs),
-              .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(b0),
-              .cap = std::uint32_t(slots), .nb = std::uint32_t(nb), .m2w = -2.0f / (query_scale * xhalf->scale),
-              .qscale = query_scale, .d = std::uint32_t(d)};
-          cmds.dispatch(*coop, {ws.query_half, xhalf->rows, qn, xhalf->terms, ws.list_i, listed, from_bound}, cpush,
-                        static_cast<std::uint32_t>(ceil_div(mb, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
-          ++st.coop_passes;
-          return;
-        }
-        cmds.dispatch(*appender, {qbuf, block.x, qn, block.norms, ws.list_v, ws.list_i, from_bound, listed, status}, push,
-                      query_tiles, static_cast<std::uint32_t>(n_splits));
-      };
-      if (list_sample) {
-        list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, ws.sample_listed);
-        cmds.barrier();
-        gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
-        cmds.barrier();
-        st.sample_rows += sample.list_splits * sample.list_rows;
-      }
-      const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
-      // The heap pass: the whole search, or a batch whose candidate lists overflowed (from_bound: the bounds).
-      auto heap_pass = [&](const vulkan::Buffer& from_bound) {
-        heaps();
-        const select_interface::Push push{.m = std::uint32_t(mb), .n = std::uint32_t(nb), .d = std::uint32_t(d),
-                                          .k = std::uint32_t(k), .split_rows = std::uint32_t(pl.split_rows),
-                                          .base = std::uint32_t(b0), .split_stride = std::uint32_t(pl.split_rows),
-                                          .bounded = bounded ? 1u : 0u, .cap = 0u};
-        cmds.dispatch(kernel,
-                      {qbuf, block.x, qn, block.norms, ws.heap_v, ws.heap_i, bounded ? from_bound : ws.heap_v, ws.heap_i, status},
-                      push, query_tiles, static_cast<std::uint32_t>(splits));
-        merge_heaps(ws.heap_v, ws.heap_i, splits);
-        read_back(ws.heap_v, ws.heap_i, false);
-        finish_batch();
-      };
-      bool from_lists = false;
-      if (lists) {
-        list_pass(splits, pl.split_rows, pl.split_rows, bound, ws.listed);
-        cmds.barrier();
-        gather_lists(ws.listed, ws.out_v, ws.out_i);
-        read_back(ws.out_v, ws.out_i, true);
-        finish_batch();
-        // Overflowed lists (many pairs tied at a bound): the list sample's, whose bounds are then unusable, or the
-        // search's. Heaps for this batch then, from the bounds that hold.
-        auto overflowed = [&](const vulkan::Buffer& listed, std::uint64_t at) {
-          const auto* c = static_cast<const std::uint32_t*>(
-              staged ? static_cast<const void*>(static_cast<const char*>(ws.readback.mapped()) + at) : listed.mapped());
-          return std::any_of(c, c + mb, [&](std::uint32_t n_listed) { return n_listed > slots; });
-        };
-        const bool sample_overflow = list_sample && overflowed(ws.sample_listed, rb_sample_listed);
-        from_lists = !sample_overflow && !overflowed(ws.listed, rb_listed);
-        ++(from_lists ? st.list_batches : st.list_overflows);
-        if (!from_lists) {
-          cmds.reset();
-          cmds.fill(status, 0, 16, 0u);
-          cmds.barrier();
-          cmds.timestamp(0);
-          heap_pass(sample_overflow ? ws.sample_v : bound);
-        }
-      } else {
-        heap_pass(bound);
-      }
-      const void* v = staged ? ws.readback.mapped() : (from_lists ? ws.out_v : ws.heap_v).mapped();
-      const void* i = staged ? static_cast<const char*>(ws.readback.mapped()) + rb_idx
-                             : (from_lists ? ws.out_i : ws.heap_i).mapped();
-      const T* vals = static_cast<const T*>(v);  // read in place, in mapped memory
-      const auto* idx = static_cast<const std::uint32_t*>(i);
-
-      // Merge: the query's running list plus the merged heap (sentinels skipped), cut to the k best. The first
-      // block's pairs are all kept, unsorted where the finish sorts them anyway.
-      const bool sort_now = blk > 0 || !recompute;
-      parallel_chunks(static_cast<std::int64_t>(mb), 64, [&](std::int64_t, std::int64_t qb, std::int64_t qe) {
-        std::vector<Cand> cand;
-        for (std::int64_t lq = qb; lq < qe; ++lq) {
-          const std::size_t q = static_cast<std::size_t>(q0 + lq);
-          cand.assign(best.begin() + q * k, best.begin() + q * k + best_count[q]);
-          const std::size_t off = static_cast<std::size_t>(lq * k);
-          for (int c = 0; c < k; ++c)
-            if (idx[off + c] != UINT32_MAX) cand.emplace_back(vals[off + c], static_cast<Index>(idx[off + c]));
-          const std::size_t keep = std::min<std::size_t>(cand.size(), static_cast<std::size_t>(k));
-          if (sort_now) std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
-          std::copy_n(cand.begin(), keep, best.begin() + q * k);
-          best_count[q] = static_cast<int>(keep);
-        }
-      });
+    KnnHalfRows* xhalf = plan.coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
+    if (xhalf) knn_detail::make_half_block<T>(device, *kernels.half, database, block, *xhalf);
+    const knn_detail::KnnBoundSample sample = plan.sample(block.rows);
+    for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += plan.batch_queries) {
+      const std::uint64_t mb = std::min<std::uint64_t>(plan.batch_queries, m - q0);
+      passes.begin(plan.cpu);
+      if (plan.batches > 1 || blk == 0) passes.load_queries(queries, q0, mb);
+      passes.start_clock();
+      passes.set_block(block, xhalf, mb);
+      const bool from_lists = knn_detail::search_block_batch<T>(device, passes, ws, plan, sample, block.rows, st);
+      const auto [vals, idx] = from_lists ? passes.results(ws.out_v, ws.out_i) : passes.results(ws.heap_v, ws.heap_i);
+      // The first block's pairs are all kept, unsorted where the finish sorts them anyway.
+      knn_detail::merge_running<T>(best, best_count, vals, idx, q0, mb, k, blk > 0 || !knn_detail::finish_recomputes(metric));
       if (options.on_progress &&
-          !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, n_blocks * std::uint64_t(m)}))
+          !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, plan.blocks * std::uint64_t(m)}))
         throw cancelled("the k-NN search was cancelled");
     }
   }
-
-  // Finish as the host engine does: exact values for the metrics it recomputes, sort, convert.
-  for (int c : best_count)
-    if (c != k) throw error("knn_search: the device returned fewer than k neighbours for a query");
-  parallel_chunks(m, 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    std::vector<Cand> cand;
-    for (Index i = b; i < e; ++i) {
-      const std::size_t q = static_cast<std::size_t>(i);
-      cand.assign(best.begin() + q * k, best.begin() + (q + 1) * k);
-      if (recompute) {
-        const T* qr = queries.row(i).data();
-        const T qsq = metric == Metric::cosine ? algorithms::dot_fixed(qr, qr, d) : T(0);
-        for (auto& [v, j] : cand) {
-          const T* x = database.row(j).data();
-          v = metric == Metric::cosine ? algorithms::cosine_exact(qr, x, d, qsq, algorithms::dot_fixed(x, x, d))
-                                       : algorithms::sqdist_fixed(qr, x, d);
-        }
-        std::sort(cand.begin(), cand.end());
-      }
-      algorithms::write_neighbours(result, i, cand, k, metric);
-    }
-  });
+  knn_detail::finish<T>(result, best, best_count, database, queries, k, metric);
   return result;
 }
 
