@@ -80,7 +80,32 @@ void kmeans_case(const gpuml::Backend& device, std::mt19937_64& rng, int index) 
   EXPECT_NEAR(dev.inertia(), host.inertia(), slack<T>() * (host.inertia() + unit));
   const Matrix<T>& C = dev.cluster_centers();
   const double cscale = slack<T>() * (p.scale + std::abs(p.offset));
-  EXPECT_LE((C - host.cluster_centers()).cwiseAbs().maxCoeff(), 10 * cscale);
+  // The centres must agree where both engines' first E-step gave the same labels. Their float32 distance formulas
+  // round differently, so a sample whose two nearest distinct centres lie within rounding may take either one, and
+  // a single such sample moves a centre by a large step (or empties a cluster, which relocation then fills with a
+  // different far point). Replay that E-step on the centred data, as fit does, to tell the two cases apart.
+  const Eigen::Matrix<T, 1, Eigen::Dynamic> mean = (X.template cast<double>().colwise().sum() / static_cast<double>(p.n)).template cast<T>();
+  const Matrix<T> Xc = X.rowwise() - mean, init_c = init.template cast<T>().rowwise() - mean;
+  gpuml::KMeans<T> dev_step(params, device), host_step(params, gpuml::Backend::host());
+  dev_step.set_cluster_centers(init_c);
+  host_step.set_cluster_centers(init_c);
+  const gpuml::Labels dev_first = dev_step.predict(Xc), host_first = host_step.predict(Xc);
+  int near_ties = 0;
+  for (Eigen::Index i = 0; i < p.n; ++i) {
+    if (dev_first[i] == host_first[i]) continue;
+    const auto a = Xc.row(i).template cast<double>();
+    const double da = (a - init_c.row(dev_first[i]).template cast<double>()).squaredNorm();
+    const double db = (a - init_c.row(host_first[i]).template cast<double>()).squaredNorm();
+    const double norms = a.squaredNorm() + init_c.row(dev_first[i]).template cast<double>().squaredNorm() +
+                         init_c.row(host_first[i]).template cast<double>().squaredNorm();
+    ASSERT_LE(std::abs(da - db), slack<T>() * 1e-1 * norms)
+        << "first E-step: sample " << i << " labelled " << dev_first[i] << " on the device and " << host_first[i]
+        << " on the host, and the two distances are not within rounding";
+    ++near_ties;
+  }
+  if (near_ties == 0) {
+    EXPECT_LE((C - host.cluster_centers()).cwiseAbs().maxCoeff(), 10 * cscale);
+  }
   for (Eigen::Index i = 0; i < p.n; ++i) {
     double best = INFINITY, second = INFINITY;
     Eigen::Index arg = -1;
