@@ -84,7 +84,7 @@ void acc_barrier() {
 
 void main() {
   const uint t = gl_LocalInvocationID.x;
-  const uint g = linear_group_id();
+  const uint g = p.group_base + linear_group_id();
   const uint ntiles = (p.rows + TILE - 1) / TILE;
   const uint region = (p.partial_base + g) * (K * DW);
   const bool resident = NKS == 1 && NDS == 1;

@@ -231,6 +231,42 @@ TYPED_TEST(KMeansDeviceTest, RepeatedFitsAreBitwiseIdentical) {
   }
 }
 
+// An E-step submitted in parts (a cancellation poll is set and the last step ran longer than a slice; a slice of
+// 0 ms splits every step after the first) gives the whole step's sums, weights, labels and changed flag bit for
+// bit; the poll runs between the parts, and its false cancels the step.
+TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const Eigen::Index n = 30011, d = 9;
+    const std::uint32_t k = 17;
+    const Matrix<T> X = random_matrix<T>(n, d, 700, -1.0, 1.0);  // no clusters: centres keep moving for many steps
+    const Eigen::VectorX<T> w = (random_matrix<T>(n, 1, 701, 0.5, 2.0)).col(0);
+    using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+    Engine whole(*dev.backend.device(), X, w.data(), k), parted(*dev.backend.device(), X, w.data(), k);
+    whole.reset_labels();
+    parted.reset_labels();
+    int polls = 0;
+    parted.set_keep_going([&polls] { return ++polls > 0; }, 0.0);
+    Matrix<T> C = X.topRows(k), sums_whole, sums_parted;
+    Eigen::VectorX<T> weights_whole, weights_parted;
+    for (int step = 0; step < 4; ++step) {
+      const bool changed_whole = whole.e_step(C, sums_whole, weights_whole);
+      const bool changed_parted = parted.e_step(C, sums_parted, weights_parted);
+      EXPECT_EQ(changed_whole, changed_parted) << "step " << step;
+      ASSERT_EQ(sums_whole.size(), sums_parted.size());
+      EXPECT_EQ(std::memcmp(sums_whole.data(), sums_parted.data(), sizeof(T) * sums_whole.size()), 0) << "step " << step;
+      EXPECT_EQ(std::memcmp(weights_whole.data(), weights_parted.data(), sizeof(T) * k), 0) << "step " << step;
+      for (std::uint32_t j = 0; j < k; ++j)
+        if (weights_whole[j] > 0) C.row(j) = sums_whole.row(j) / weights_whole[j];
+    }
+    EXPECT_TRUE(whole.labels() == parted.labels());
+    EXPECT_TRUE(whole.e_step(C, sums_whole, weights_whole)) << "labels still change, so stale partial sums would show";
+    EXPECT_GE(polls, 3) << "the steps after the first ran in parts with a poll between them";
+    parted.set_keep_going([] { return false; }, 0.0);
+    EXPECT_THROW(parted.e_step(C, sums_parted, weights_parted), gpuml::cancelled);
+  }
+}
+
 // X above one binding (128 MiB on lavapipe): the samples are split across buffers and dispatches.
 TEST(KMeansDevice, DataAboveOneBindingIsSplit) {
   for (const auto& dev : devices()) {

@@ -69,8 +69,8 @@ auto released(std::vector<std::string>& warnings, Work&& work) {
   }
 }
 
-/// Stops a fit or a search when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration or search
-/// part, with the GIL.
+/// Stops a fit or a search when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration, between the
+/// parts of a long device E-step, and per search part, with the GIL.
 bool no_pending_signal() {
   nb::gil_scoped_acquire gil;
   return PyErr_CheckSignals() == 0;
@@ -96,7 +96,8 @@ nb::tuple lloyd(In2<T> X, In1<T> sample_weight, In2<T> centers_init, int max_ite
     const gpuml::Matrix<T> init = view(centers_init);
     gpuml::checks::data(view(X), "X");
     return gpuml::detail::run_lloyd<T, gpuml::kmeans_default_policy>(backend, view(X), view(sample_weight), init,
-                                                                     max_iter, tol, verbose, no_pending_signal_iteration);
+                                                                     max_iter, tol, verbose, no_pending_signal_iteration,
+                                                                     no_pending_signal);
   });
   return nb::make_tuple(to_numpy(std::move(r.labels)), r.inertia, to_numpy(std::move(r.centers)), r.n_iter, warnings);
 }

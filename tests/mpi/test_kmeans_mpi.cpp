@@ -74,7 +74,7 @@ TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
         p.n_clusters = static_cast<int>(k);
         Matrix<double> init = (X.topRows(k).template cast<double>().array() + 0.5).matrix();
         if (with_empty_clusters) init.row(5).setConstant(1e3), init.row(6).setConstant(-1e3);
-        p.init_centers = init;
+        p.init_centers.emplace(init);
         p.max_iter = 40;
         p.tol = 1e-6;
         gpuml::KMeans<T> one(p, gpuml::Backend::host());

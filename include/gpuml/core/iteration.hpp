@@ -18,6 +18,11 @@ struct LloydIteration {
 /// Returns whether the fit goes on; false stops it with gpuml::cancelled.
 using IterationCallback = std::function<bool(const LloydIteration&)>;
 
+/// Polled on the calling thread inside a long step (a device's E-step that takes longer than about a fifth of a
+/// second is submitted in parts, with a poll between them), so cancellation does not wait for a whole iteration;
+/// returns whether the work goes on, and false stops it with gpuml::cancelled.
+using KeepGoing = std::function<bool()>;
+
 /// How far a long search is: `done` of `total` units of work (query rows times database blocks for k-NN).
 struct WorkProgress {
   std::uint64_t done = 0;

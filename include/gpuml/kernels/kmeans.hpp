@@ -17,6 +17,8 @@
 #include <gpuml/shaders/kmeans_reduce_f32.hpp>
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -173,15 +175,39 @@ class LloydEngine {
     if (!commands_) commands_.emplace(dev_, 3);
     else commands_->reset();
     vulkan::Commands& cmds = *commands_;
+    // In parts when someone polls for cancellation and the last step ran longer than a slice: each part dispatches
+    // a range of every chunk's workgroups and is submitted on its own, with a poll after it. Every workgroup still
+    // covers the same sample tiles and writes its own partials, so the result is the same bit for bit.
+    std::uint32_t parts = 1;
+    if (keep_going_ && last_step_ms_ > slice_ms_)
+      parts = static_cast<std::uint32_t>(std::min<double>(kMaxParts, std::ceil(last_step_ms_ / std::max(slice_ms_, 1e-3))));
+    const auto started = std::chrono::steady_clock::now();
+    double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
+    auto add_e_step_ms = [&e_step_ms](double ms) { e_step_ms = ms < 0 || e_step_ms < 0 ? -1.0 : e_step_ms + ms; };
     cmds.copy(centres_staging_, 0, centres_, 0, kd * s);
     cmds.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
     cmds.fill(status_, 0, 16, 0u);
     cmds.barrier();
     cmds.timestamp(0);
-    for (auto& c : chunks_) {
-      const lloyd_interface::Push push{
-          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = c.partial_base, .update = update ? 1u : 0u};
-      cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, c.groups);
+    for (std::uint32_t part = 0; part < parts; ++part) {
+      for (auto& c : chunks_) {
+        const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
+        const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
+        const lloyd_interface::Push push{.rows = std::uint32_t(c.rows),
+                                         .groups = c.groups,
+                                         .partial_base = c.partial_base,
+                                         .update = update ? 1u : 0u,
+                                         .group_base = first};
+        cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, last - first);
+      }
+      if (part + 1 < parts) {
+        cmds.timestamp(1);
+        cmds.submit_and_wait();
+        add_e_step_ms(cmds.elapsed_ms(0, 1));
+        if (!keep_going_()) throw cancelled("KMeans.fit was cancelled during an E-step; the estimator is unchanged");
+        cmds.reset();
+        cmds.timestamp(0);
+      }
     }
     cmds.barrier();
     cmds.timestamp(1);
@@ -196,14 +222,16 @@ class LloydEngine {
     }
     cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 4);
     cmds.submit_and_wait();
+    last_step_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    add_e_step_ms(cmds.elapsed_ms(0, 1));
     auto& time = times_;
     if (update) {
-      time.e_step_each_ms.push_back(cmds.elapsed_ms(0, 1));
+      time.e_step_each_ms.push_back(e_step_ms);
       time.e_step_ms += time.e_step_each_ms.back();
       time.reduce_ms += cmds.elapsed_ms(1, 2);
       ++time.e_steps;
     } else {
-      time.labels_ms += cmds.elapsed_ms(0, 1);
+      time.labels_ms += e_step_ms;
       ++time.label_steps;
     }
     const T* out = static_cast<const T*>(readback_.mapped());
@@ -221,6 +249,13 @@ class LloydEngine {
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
                         "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
     return (status & lloyd_interface::kStatusLabelChanged) != 0;
+  }
+
+  /// Polls `keep_going` between the parts of an E-step that ran longer than `slice_ms` the last time (the first
+  /// step runs whole): see KeepGoing.
+  void set_keep_going(KeepGoing keep_going, double slice_ms = kSliceMs) {
+    keep_going_ = std::move(keep_going);
+    slice_ms_ = slice_ms;
   }
 
   /// GPU time of this engine's steps so far (lloyd_loop returns it with the fit).
@@ -261,7 +296,8 @@ class LloydEngine {
   }
 
  private:
-  static constexpr std::uint32_t kReduceLanes = 8, kInertiaThreads = 128;
+  static constexpr std::uint32_t kReduceLanes = 8, kInertiaThreads = 128, kMaxParts = 64;
+  static constexpr double kSliceMs = 200;
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
@@ -276,6 +312,8 @@ class LloydEngine {
   Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   algorithms::StepTimes times_;
+  KeepGoing keep_going_;
+  double slice_ms_ = kSliceMs, last_step_ms_ = 0;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
 };
@@ -285,9 +323,10 @@ class LloydEngine {
 template <class T, class Policy = kmeans_default_policy>
 algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                                  int max_iter, double tol_absolute, bool verbose,
-                                 const IterationCallback& on_iteration = {}) {
+                                 const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {}) {
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()));
   engine.reset_labels();
+  engine.set_keep_going(keep_going);
   return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 

@@ -30,11 +30,12 @@ GPUML_CONSTANT(kStatusLoopLimit, 2)
 
 GPUML_PUSH_CONSTANTS(Push) {
   uint rows;          // samples in this chunk
-  uint groups;        // workgroups in this dispatch
-  uint partial_base;  // partial row-block of this dispatch's first workgroup
+  uint groups;        // workgroups of this chunk (the stride over its sample tiles)
+  uint partial_base;  // partial row-block of the chunk's first workgroup
   uint update;        // 0: labels only (predict, the final E-step)
+  uint group_base;    // the chunk's workgroup that this dispatch's first one is (a step submitted in parts)
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 4)
+GPUML_CHECK_PUSH(Push, 5)
 GPUML_SHADER_INTERFACE_END
 
 #endif
