@@ -45,7 +45,8 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   std::vector<ScopedEnv> cleared;
   cleared.reserve(12);
   for (const char* name : {"GPUML_DEVICE", "GPUML_NUM_THREADS", "GPUML_VALIDATION", "GPUML_PIPELINE_CACHE", "GPUML_TUNING",
-                           "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE", "GPUML_KNN_APPEND", "GPUML_KNN_COOP"})
+                           "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE", "GPUML_KNN_APPEND", "GPUML_KNN_COOP",
+                           "GPUML_DEVICE_MEMORY_LIMIT"})
     cleared.emplace_back(name, std::nullopt);
   ScopedEnv cache("GPUML_CACHE_DIR", std::nullopt), xdg("XDG_CACHE_HOME", "/tmp/xdg-gpuml-test");
   const gpuml::Config c = read();
@@ -60,13 +61,14 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   EXPECT_EQ(c.knn_sample(), 16u);
   EXPECT_TRUE(c.knn_append());
   EXPECT_TRUE(c.knn_coop());
+  EXPECT_EQ(c.device_memory_limit(), 0u);
 }
 
 TEST(Config, EveryVariableFeedsItsKnob) {
   ScopedEnv device("GPUML_DEVICE", "integrated"), threads("GPUML_NUM_THREADS", "3"), validation("GPUML_VALIDATION", "strict"),
       cache("GPUML_CACHE_DIR", "/tmp/c"), pipelines("GPUML_PIPELINE_CACHE", "off"), tuning("GPUML_TUNING", "false"),
       kmeans("GPUML_KMEANS_TILE", "64,4,4,8,128"), knn("GPUML_KNN_TILE", "8,8,4,4,8"), sample("GPUML_KNN_SAMPLE", "0"),
-      append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0");
+      append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0"), memory("GPUML_DEVICE_MEMORY_LIMIT", "3M");
   const gpuml::Config c = read();
   EXPECT_EQ(c.device(), "integrated");
   EXPECT_EQ(c.num_threads(), 3);
@@ -79,18 +81,21 @@ TEST(Config, EveryVariableFeedsItsKnob) {
   EXPECT_EQ(c.knn_sample(), 0u);
   EXPECT_FALSE(c.knn_append());
   EXPECT_FALSE(c.knn_coop());
+  EXPECT_EQ(c.device_memory_limit(), 3u << 20);
   ScopedEnv on("GPUML_VALIDATION", "yes");
   EXPECT_EQ(read().validation(), gpuml::Validation::on);
 }
 
 TEST(Config, UnreadableValuesKeepTheDefaultWithAWarning) {
-  ScopedEnv tuning("GPUML_TUNING", "maybe"), sample("GPUML_KNN_SAMPLE", "1"), validation("GPUML_VALIDATION", "loud");
+  ScopedEnv tuning("GPUML_TUNING", "maybe"), sample("GPUML_KNN_SAMPLE", "1"), validation("GPUML_VALIDATION", "loud"),
+      memory("GPUML_DEVICE_MEMORY_LIMIT", "2T");
   std::vector<std::string> warnings;
   const gpuml::Config c = read(&warnings);
   EXPECT_TRUE(c.tuning());
   EXPECT_EQ(c.knn_sample(), 16u);
   EXPECT_EQ(c.validation(), gpuml::Validation::off);
-  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(c.device_memory_limit(), 0u);
+  ASSERT_EQ(warnings.size(), 4u);
   EXPECT_NE(warnings[0].find("GPUML_VALIDATION=loud"), std::string::npos) << warnings[0];
 }
 
@@ -104,6 +109,15 @@ TEST(Config, SettersReachTheCodeThatReadsThem) {
   }
   EXPECT_EQ(gpuml::host_threads(), before) << "restored after the scope";
   EXPECT_TRUE(gpuml::tuning::store_enabled());
+}
+
+TEST(Config, ByteCounts) {
+  EXPECT_EQ(gpuml::Config::parse_bytes("123"), 123u);
+  EXPECT_EQ(gpuml::Config::parse_bytes("64K"), 64u << 10);
+  EXPECT_EQ(gpuml::Config::parse_bytes("512m"), 512u << 20);
+  EXPECT_EQ(gpuml::Config::parse_bytes("2G"), 2ull << 30);
+  for (const char* bad : {"", "G", "1.5G", "12GB", "-1", "99999999999999999999", "17179869184G"})
+    EXPECT_FALSE(gpuml::Config::parse_bytes(bad).has_value()) << bad;
 }
 
 TEST(Config, TheEnvironmentIsReadOnce) {

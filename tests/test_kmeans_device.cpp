@@ -267,6 +267,40 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
   }
 }
 
+// With a device-memory limit below the data (Config::device_memory_limit), the samples stay in pinned host memory
+// and the kernels read them there: Lloyd, k-means++ and predict give what the resident fit gives, bit for bit.
+TYPED_TEST(KMeansDeviceTest, DataBeyondTheDeviceMemoryLimitIsStreamedWithTheSameResult) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const Eigen::Index n = 20011, d = 11;
+    const Matrix<T> X = blobs<T>(n, d, 9, 800, 2.5);
+    const Eigen::VectorX<T> w = (random_matrix<T>(n, 1, 801, 0.5, 2.0)).col(0);
+    KMeansParams p;
+    p.n_clusters = 9;
+    p.random_state = 3;
+    p.max_iter = 30;
+    KMeans<T> resident(p, dev.backend);
+    resident.fit(X, w);
+    const Labels resident_predict = resident.predict(X.topRows(5003));
+    const std::uint64_t limit = std::uint64_t(n) * d * sizeof(T) / 2;  // half of X: the samples cannot stay
+    gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
+    {
+      gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy> engine(*dev.backend.device(), X, w.data(), 9);
+      EXPECT_TRUE(engine.streamed());
+      gpuml::kernels::PlusPlusEngine<T> seeding(*dev.backend.device(), X, w, 3);
+      EXPECT_TRUE(seeding.streamed());
+    }
+    KMeans<T> streamed(p, dev.backend);
+    streamed.fit(X, w);
+    ASSERT_EQ(streamed.n_iter(), resident.n_iter());
+    EXPECT_EQ(std::memcmp(streamed.cluster_centers().data(), resident.cluster_centers().data(),
+                          sizeof(T) * resident.cluster_centers().size()), 0);
+    EXPECT_TRUE(streamed.labels() == resident.labels());
+    EXPECT_EQ(streamed.inertia(), resident.inertia());
+    EXPECT_TRUE(streamed.predict(X.topRows(5003)) == resident_predict);
+  }
+}
+
 // X above one binding (128 MiB on lavapipe): the samples are split across buffers and dispatches.
 TEST(KMeansDevice, DataAboveOneBindingIsSplit) {
   for (const auto& dev : devices()) {

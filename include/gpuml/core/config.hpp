@@ -74,7 +74,38 @@ class Config {
   bool knn_coop() const { return knn_coop_; }
   Config& set_knn_coop(bool on) { return knn_coop_ = on, *this; }
 
+  /// The most device memory gpuml plans to use on a device, in bytes (0: what the device reports). Data that does
+  /// not fit stays in pinned host memory, which the kernels read directly (k-means streams it every iteration);
+  /// a small limit forces that on any device, for tests and benchmarks.
+  std::uint64_t device_memory_limit() const { return device_memory_limit_; }
+  Config& set_device_memory_limit(std::uint64_t bytes) { return device_memory_limit_ = bytes, *this; }
+
   static constexpr std::uint64_t kDefaultKnnSample = 16;
+
+  /// "123", "64K", "512M", "2G" (binary units) as a byte count, or nothing for anything else.
+  static std::optional<std::uint64_t> parse_bytes(std::string_view text) {
+    if (text.empty()) return std::nullopt;
+    std::uint64_t value = 0;
+    std::size_t i = 0;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+      if (value > (UINT64_MAX - 9) / 10) return std::nullopt;
+      value = value * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    }
+    if (i == 0) return std::nullopt;
+    int shift = 0;
+    if (i + 1 == text.size()) {
+      switch (text[i]) {
+        case 'K': case 'k': shift = 10; break;
+        case 'M': case 'm': shift = 20; break;
+        case 'G': case 'g': shift = 30; break;
+        default: return std::nullopt;
+      }
+    } else if (i != text.size()) {
+      return std::nullopt;
+    }
+    if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
+    return value << shift;
+  }
 
   /// gpuml's defaults with the GPUML_* variables applied; `warn` receives one line per value it cannot read.
   template <class Warn>
@@ -112,6 +143,10 @@ class Config {
     }
     flag("GPUML_KNN_APPEND", c.knn_append_);
     flag("GPUML_KNN_COOP", c.knn_coop_);
+    if (const char* v = env("GPUML_DEVICE_MEMORY_LIMIT")) {
+      if (auto bytes = parse_bytes(v)) c.device_memory_limit_ = *bytes;
+      else warn(std::string("ignoring GPUML_DEVICE_MEMORY_LIMIT=") + v + ": expected a byte count such as 1073741824, 512M or 2G");
+    }
     return c;
   }
 
@@ -126,6 +161,7 @@ class Config {
   std::uint64_t knn_sample_ = kDefaultKnnSample;
   bool knn_append_ = true;
   bool knn_coop_ = true;
+  std::uint64_t device_memory_limit_ = 0;
 };
 
 namespace config_detail {

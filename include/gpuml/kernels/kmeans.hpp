@@ -117,19 +117,31 @@ class LloydEngine {
     // all (silently), so workgroups must not loop over tiles there.
     const std::uint64_t wanted = info.type == vulkan::DeviceType::cpu ? ceil_div(chunk, tile) : 4096;
     const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, partial_budget / n_chunks));
-    const std::uint64_t needed = n_ * (d_ + 2) * s + n_chunks * per_chunk * row * s + 4 * row * s;
-    if (info.device_local_bytes && needed > info.device_local_bytes)
-      throw unsupported("k-means on " + info.name + " needs " + std::to_string(needed >> 20) + " MiB of device memory; it has " +
-                        std::to_string(info.device_local_bytes >> 20) + " MiB (use the host backend)");
+    // Device memory to plan with: what the device reports, capped by Config::device_memory_limit. Samples and
+    // weights beyond it stay in pinned host memory, which the E-step reads in place every iteration (streamed over
+    // the bus, at the bus's bandwidth); labels, centres and partial sums stay on the device.
+    auto chunk_groups = [&](std::uint64_t rows) {
+      return static_cast<std::uint32_t>(std::min<std::uint64_t>({per_chunk, ceil_div(rows, tile), info.max_workgroup_count[0]}));
+    };
+    std::uint64_t all_groups = 0;
+    for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) all_groups += chunk_groups(std::min(chunk, n_ - r0));
+    const std::uint64_t rest = n_ * 4 + all_groups * (row + 1) * s + 4 * row * s;
+    const std::uint64_t needed = n_ * d_ * s + (weights ? n_ * s : 0) + rest;
+    const std::uint64_t budget = device_memory_budget(info);
+    streamed_ = budget && needed > budget;
+    if (streamed_ && rest > budget)
+      throw unsupported("k-means on " + info.name + " needs " + std::to_string(rest >> 20) + " MiB of device memory " +
+                        "besides the samples; it has " + std::to_string(budget >> 20) + " MiB (use the host backend)");
+    const vulkan::MemoryUse samples = streamed_ ? vulkan::MemoryUse::host : vulkan::MemoryUse::device;
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) {
       Chunk c;
       c.first = r0;
       c.rows = std::min(chunk, n_ - r0);
-      c.groups = static_cast<std::uint32_t>(std::min<std::uint64_t>({per_chunk, ceil_div(c.rows, tile), info.max_workgroup_count[0]}));
+      c.groups = chunk_groups(c.rows);
       c.partial_base = parts_;
       parts_ += c.groups;
-      c.x = device.buffer(c.rows * d_ * s);
-      c.w = device.buffer(c.rows * s);
+      c.x = device.buffer(c.rows * d_ * s, samples);
+      c.w = device.buffer(c.rows * s, samples);
       c.labels = device.buffer(c.rows * 4);
       vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
       if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
@@ -155,6 +167,8 @@ class LloydEngine {
   }
 
   const LloydPlan& plan() const { return plan_; }
+  /// Whether the samples live in pinned host memory (they did not fit the device's memory, or its configured limit).
+  bool streamed() const { return streamed_; }
 
   /// Marks every label as unknown, so the first E-step counts as a change (scikit-learn's labels_old = -1).
   void reset_labels() {
@@ -312,6 +326,7 @@ class LloydEngine {
   Labels labels_;
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   algorithms::StepTimes times_;
+  bool streamed_ = false;
   KeepGoing keep_going_;
   double slice_ms_ = kSliceMs, last_step_ms_ = 0;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first

@@ -53,6 +53,11 @@ class PlusPlusEngine {
     if (max_chunk_bytes) max_bytes = std::min(max_bytes, max_chunk_bytes);
     chunk_rows_ = rows_per_block(n_, d_ * s, max_bytes, "X");
     if (chunk_rows_ < n_) chunk_rows_ = std::max(kBlock, chunk_rows_ / kBlock * kBlock);
+    // Samples and weights that do not fit the device's memory (or its configured limit) stay in pinned host
+    // memory, read in place by every pass (see LloydEngine).
+    const std::uint64_t budget = device_memory_budget(device.info());
+    streamed_ = budget && n_ * (d_ + 2) * s > budget;
+    const vulkan::MemoryUse samples = streamed_ ? vulkan::MemoryUse::host : vulkan::MemoryUse::device;
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk_rows_) {
       Chunk c;
       c.first = r0;
@@ -61,8 +66,8 @@ class PlusPlusEngine {
           std::min<std::uint64_t>({kMaxGroups, ceil_div(c.rows, kBlock), device.info().max_workgroup_count[0]}));
       c.partial_base = parts_;
       parts_ += c.groups;
-      c.x = device.buffer(c.rows * d_ * s);
-      c.w = device.buffer(c.rows * s);
+      c.x = device.buffer(c.rows * d_ * s, samples);
+      c.w = device.buffer(c.rows * s, samples);
       c.closest = device.buffer(c.rows * s);
       vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
       vulkan::upload(device, c.w, 0, w.data() + r0, c.rows * s);
@@ -89,6 +94,8 @@ class PlusPlusEngine {
 
   /// How many chunks X was split into.
   std::uint64_t chunks() const { return chunks_.size(); }
+  /// Whether the samples live in pinned host memory (beyond the device's memory or its configured limit).
+  bool streamed() const { return streamed_; }
 
   void start(const Matrix<T>& centre) { commit(&centre, 0); }
 
@@ -187,6 +194,7 @@ class PlusPlusEngine {
   vulkan::Device& dev_;
   VectorView<T> w_;
   std::uint64_t n_, d_, chunk_rows_ = 0;
+  bool streamed_ = false;
   std::uint32_t trials_, parts_ = 0;
   std::vector<Chunk> chunks_;
   std::vector<double> block_sums_;

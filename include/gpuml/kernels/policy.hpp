@@ -3,6 +3,7 @@
 // specialisation constants a policy maps to.
 #pragma once
 
+#include <gpuml/core/config.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
@@ -15,6 +16,14 @@
 namespace gpuml::kernels {
 
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+/// Device memory a kernel may plan with: what the device reports, capped by Config::device_memory_limit (0: no
+/// known bound).
+inline std::uint64_t device_memory_budget(const vulkan::DeviceInfo& device) {
+  const std::uint64_t limit = config().device_memory_limit();
+  if (!limit) return device.device_local_bytes;
+  return device.device_local_bytes ? std::min(device.device_local_bytes, limit) : limit;
+}
 
 /// Limits a workgroup shape and its shared memory must respect on `device`; empty when it fits, else why not.
 inline std::string workgroup_misfit(const vulkan::DeviceInfo& device, std::uint32_t x, std::uint32_t y,

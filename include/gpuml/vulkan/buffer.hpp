@@ -16,6 +16,7 @@ enum class MemoryUse {
   device,    // kernel operands: device-local (and mapped, where device memory is host visible)
   upload,    // staging from the host
   readback,  // staging to the host (cached where possible)
+  host,      // kernel operands left in pinned host memory, read by the device in place (data beyond device memory)
 };
 
 inline std::uint32_t find_memory_type(const VkPhysicalDeviceMemoryProperties& mem, std::uint32_t allowed,
@@ -58,6 +59,13 @@ class Buffer {
         break;
       case MemoryUse::readback:
         type = find_memory_type(mem, req.memoryTypeBits, {visible | cached, visible});
+        break;
+      case MemoryUse::host:  // system memory, not a host-visible window onto device memory, where there is one
+        for (std::uint32_t t = 0; t < mem.memoryTypeCount && type == UINT32_MAX; ++t)
+          if ((req.memoryTypeBits & (1u << t)) && (mem.memoryTypes[t].propertyFlags & visible) == visible &&
+              !(mem.memoryTypes[t].propertyFlags & local))
+            type = t;
+        if (type == UINT32_MAX) type = find_memory_type(mem, req.memoryTypeBits, {visible});
         break;
     }
     if (type == UINT32_MAX) throw unsupported("no suitable Vulkan memory type for a buffer");
