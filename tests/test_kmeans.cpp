@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -810,6 +811,33 @@ TEST(KMeansHostMemory, OutOfMemoryNamesTheWorkAndTheSize) {
 
 // The iteration callback sees every iteration in order on every backend, and returning false cancels the fit
 // with gpuml::cancelled, leaving an earlier fit as it was.
+// The host E-step in slices (a poll is set and the last step ran longer than a slice; a slice of 0 ms slices every
+// step after the first) gives the whole step's labels, sums and weights bit for bit, polls between the slices, and
+// stops with gpuml::cancelled when the poll says so.
+TYPED_TEST(KMeansTest, HostStepsInSlicesMatchWholeStepsAndCancel) {
+  using T = TypeParam;
+  const Eigen::Index n = 40009, d = 6;
+  const int k = 11;
+  const Matrix<T> X = gpuml::testing::random_matrix<T>(n, d, 901, -1.0, 1.0);
+  const gpuml::Vector<T> w = gpuml::testing::random_matrix<T>(n, 1, 902, 0.5, 2.0).col(0);
+  gpuml::host::kmeans_detail::HostLloyd<T> whole(X, w), sliced(X, w);
+  int polls = 0;
+  sliced.set_keep_going([&polls] { return ++polls > 0; }, 0.0);
+  Matrix<T> C = X.topRows(k), sums_whole, sums_sliced;
+  gpuml::Vector<T> weights_whole, weights_sliced;
+  for (int step = 0; step < 4; ++step) {
+    EXPECT_EQ(whole.e_step(C, sums_whole, weights_whole), sliced.e_step(C, sums_sliced, weights_sliced));
+    EXPECT_TRUE(whole.labels() == sliced.labels()) << "step " << step;
+    EXPECT_EQ(std::memcmp(sums_whole.data(), sums_sliced.data(), sizeof(T) * sums_whole.size()), 0) << "step " << step;
+    EXPECT_EQ(std::memcmp(weights_whole.data(), weights_sliced.data(), sizeof(T) * k), 0) << "step " << step;
+    for (int j = 0; j < k; ++j)
+      if (weights_whole[j] > 0) C.row(j) = sums_whole.row(j) / weights_whole[j];
+  }
+  EXPECT_GE(polls, 3) << "the steps after the first ran in slices with a poll between them";
+  sliced.set_keep_going([] { return false; }, 0.0);
+  EXPECT_THROW(sliced.e_step(C, sums_sliced, weights_sliced), gpuml::cancelled);
+}
+
 TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {
   using T = TypeParam;
   const Matrix<T> X = gpuml::testing::random_matrix<T>(997, 5, 131);

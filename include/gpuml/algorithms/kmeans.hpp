@@ -42,8 +42,8 @@ struct KMeansParams {
   /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
   /// the fit, which then throws gpuml::cancelled and leaves the estimator as it was.
   IterationCallback on_iteration;
-  /// Polled between the parts of a device E-step long enough to be split (see KeepGoing): false cancels the fit
-  /// as on_iteration's false does. Cancellation then answers within about a fifth of a second plus one part.
+  /// Polled between the parts of an E-step long enough to be split, on the device and on the host (see
+  /// KeepGoing): false cancels the fit as on_iteration's false does, within about a fifth of a second.
   KeepGoing keep_going;
 };
 

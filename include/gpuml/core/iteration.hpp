@@ -23,6 +23,9 @@ using IterationCallback = std::function<bool(const LloydIteration&)>;
 /// returns whether the work goes on, and false stops it with gpuml::cancelled.
 using KeepGoing = std::function<bool()>;
 
+/// How long, in milliseconds, a step may run between two polls of a KeepGoing.
+inline constexpr double kKeepGoingSliceMs = 200;
+
 /// How far a long search is: `done` of `total` units of work (query rows times database blocks for k-NN).
 struct WorkProgress {
   std::uint64_t done = 0;

@@ -47,7 +47,7 @@ host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorVi
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
         return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration);
       },
-      [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration); });
+      [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going); });
 }
 
 template <class T, class Policy>

@@ -267,7 +267,7 @@ class LloydEngine {
 
   /// Polls `keep_going` between the parts of an E-step that ran longer than `slice_ms` the last time (the first
   /// step runs whole): see KeepGoing.
-  void set_keep_going(KeepGoing keep_going, double slice_ms = kSliceMs) {
+  void set_keep_going(KeepGoing keep_going, double slice_ms = kKeepGoingSliceMs) {
     keep_going_ = std::move(keep_going);
     slice_ms_ = slice_ms;
   }
@@ -311,7 +311,6 @@ class LloydEngine {
 
  private:
   static constexpr std::uint32_t kReduceLanes = 8, kInertiaThreads = 128, kMaxParts = 64;
-  static constexpr double kSliceMs = 200;
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
@@ -328,7 +327,7 @@ class LloydEngine {
   algorithms::StepTimes times_;
   bool streamed_ = false;
   KeepGoing keep_going_;
-  double slice_ms_ = kSliceMs, last_step_ms_ = 0;
+  double slice_ms_ = kKeepGoingSliceMs, last_step_ms_ = 0;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
 };
