@@ -70,7 +70,7 @@ auto released(std::vector<std::string>& warnings, Work&& work) {
 }
 
 /// Stops a fit or a search when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration, between the
-/// parts of a long device E-step, and per search part, with the GIL.
+/// parts of a long E-step, and per search part, with the GIL.
 bool no_pending_signal() {
   nb::gil_scoped_acquire gil;
   return PyErr_CheckSignals() == 0;

@@ -2,8 +2,14 @@
 // callbacks that receive them (progress bars, cancellation).
 #pragma once
 
+#include <gpuml/core/error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace gpuml {
 
@@ -18,13 +24,47 @@ struct LloydIteration {
 /// Returns whether the fit goes on; false stops it with gpuml::cancelled.
 using IterationCallback = std::function<bool(const LloydIteration&)>;
 
-/// Polled on the calling thread inside a long step (a device's E-step that takes longer than about a fifth of a
-/// second is submitted in parts, with a poll between them), so cancellation does not wait for a whole iteration;
-/// returns whether the work goes on, and false stops it with gpuml::cancelled.
+/// Polled on the calling thread inside a long step (an E-step that takes longer than about a fifth of a second
+/// runs in parts, on the device or the host, with a poll between them), so cancellation does not wait for a whole
+/// iteration; returns whether the work goes on, and false stops it with gpuml::cancelled.
 using KeepGoing = std::function<bool()>;
 
 /// How long, in milliseconds, a step may run between two polls of a KeepGoing.
 inline constexpr double kKeepGoingSliceMs = 200;
+
+/// A KeepGoing paced by the step it is polled in: an engine asks how many parts its next step takes (one, unless
+/// someone polls and the last step ran longer than a slice), records how long each step took, and polls between
+/// the parts.
+class KeepGoingPacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void set(KeepGoing keep_going, double slice_ms = kKeepGoingSliceMs) {
+    keep_going_ = std::move(keep_going);
+    slice_ms_ = slice_ms;
+  }
+
+  /// Parts for the next step, from 1 to max_parts.
+  std::int64_t parts(std::int64_t max_parts) const {
+    if (!keep_going_ || !(last_step_ms_ > slice_ms_)) return 1;
+    const double wanted = std::ceil(last_step_ms_ / std::max(slice_ms_, 1e-3));
+    return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(wanted, 1e9)), 1, std::max<std::int64_t>(1, max_parts));
+  }
+
+  /// The step that began at `started` has ended.
+  void step_done(Clock::time_point started) {
+    last_step_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  }
+
+  /// Between two parts: throws gpuml::cancelled when the poll says stop.
+  void poll() const {
+    if (keep_going_ && !keep_going_()) throw cancelled("KMeans.fit was cancelled during an E-step; the estimator is unchanged");
+  }
+
+ private:
+  KeepGoing keep_going_;
+  double slice_ms_ = kKeepGoingSliceMs, last_step_ms_ = 0;
+};
 
 /// How far a long search is: `done` of `total` units of work (query rows times database blocks for k-NN).
 struct WorkProgress {

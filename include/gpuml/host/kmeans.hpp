@@ -320,19 +320,19 @@ void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, co
 }
 
 /// One pass over X with the centres C: labels, and when sums/weights are given the per-cluster weighted sums
-/// sum_i w_i x_i and weights sum_i w_i (accumulated in T per block, blocks combined in order). With `keep_going`,
-/// the blocks are run in up to `slices` consecutive groups with a poll between them (the same blocks and sums).
+/// sum_i w_i x_i and weights sum_i w_i (accumulated in T per block, blocks combined in order). With a `pacer`, the
+/// blocks run in as many consecutive groups as it asks for, with its poll between them (the same blocks and sums).
 template <class T>
 void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>& C, Labels& labels, Matrix<T>* sums,
-                 Vector<T>* weights, std::int64_t slices = 1, const KeepGoing* keep_going = nullptr) {
+                 Vector<T>* weights, const KeepGoingPacer* pacer = nullptr) {
   const std::int64_t n = X.rows(), d = X.cols(), k = C.rows();
   const CentreTerms<T> terms(C);
   const bool update = sums != nullptr;
   const Blocking bl = blocking<T>(n, k, d);
   const std::int64_t acc_size = k * (d + 1);
   std::vector<T> acc(update ? static_cast<std::size_t>(bl.n_blocks * acc_size) : 0, T(0));
-  // Each slice keeps a block per host thread at least, so slicing never idles threads.
-  slices = keep_going ? std::clamp<std::int64_t>(std::min(slices, bl.n_blocks / host_threads()), 1, bl.n_blocks) : 1;
+  // At most 64 slices, and a block per host thread at least in each, so slicing never idles threads.
+  const std::int64_t slices = pacer ? pacer->parts(std::min<std::int64_t>(64, bl.n_blocks / host_threads())) : 1;
   const std::int64_t slice_blocks = (bl.n_blocks + slices - 1) / slices;
   auto block_pass = [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
     ChunkScratch<T> s(k, d);
@@ -358,8 +358,7 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
     const std::int64_t r0 = first * bl.block, r1 = std::min(n, (first + slice_blocks) * bl.block);
     parallel_chunks(r1 - r0, bl.block,
                     [&](std::int64_t blk, std::int64_t b, std::int64_t e) { block_pass(first + blk, r0 + b, r0 + e); });
-    if (r1 < n && keep_going && !(*keep_going)())
-      throw cancelled("KMeans.fit was cancelled during an E-step; the estimator is unchanged");
+    if (r1 < n && pacer) pacer->poll();
   }
   if (update) {
     sums->setZero(k, d);
@@ -424,18 +423,14 @@ class HostLloyd {
   HostLloyd(MatrixView<T> X, VectorView<T> w) : X_(X), w_(w), labels_(Labels::Constant(X.rows(), -1)) {}
   bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
     const Labels old = labels_;
-    // In slices with a poll between them when someone polls and the last step ran longer than a slice.
-    const std::int64_t slices =
-        keep_going_ && last_step_ms_ > slice_ms_ ? static_cast<std::int64_t>(std::min(64.0, std::ceil(last_step_ms_ / std::max(slice_ms_, 1e-3)))) : 1;
-    const auto started = std::chrono::steady_clock::now();
-    assign_pass<T>(X_, &w_, C, labels_, &sums, &weights, slices, keep_going_ ? &keep_going_ : nullptr);
-    last_step_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    const auto started = KeepGoingPacer::Clock::now();
+    assign_pass<T>(X_, &w_, C, labels_, &sums, &weights, &pacer_);
+    pacer_.step_done(started);
     return labels_ != old;
   }
   /// Polls `keep_going` between slices of an E-step that ran longer than `slice_ms` the last time (see KeepGoing).
   void set_keep_going(KeepGoing keep_going, double slice_ms = kKeepGoingSliceMs) {
-    keep_going_ = std::move(keep_going);
-    slice_ms_ = slice_ms;
+    pacer_.set(std::move(keep_going), slice_ms);
   }
   const Labels& labels() const { return labels_; }
   void assign(const Matrix<T>& C) { assign_pass<T>(X_, nullptr, C, labels_, nullptr, nullptr); }
@@ -445,8 +440,7 @@ class HostLloyd {
   MatrixView<T> X_;
   VectorView<T> w_;
   Labels labels_;
-  KeepGoing keep_going_;
-  double slice_ms_ = kKeepGoingSliceMs, last_step_ms_ = 0;
+  KeepGoingPacer pacer_;
 };
 
 }  // namespace kmeans_detail

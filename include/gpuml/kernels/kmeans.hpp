@@ -17,8 +17,6 @@
 #include <gpuml/shaders/kmeans_reduce_f32.hpp>
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -126,7 +124,7 @@ class LloydEngine {
     std::uint64_t all_groups = 0;
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) all_groups += chunk_groups(std::min(chunk, n_ - r0));
     const std::uint64_t rest = n_ * 4 + all_groups * (row + 1) * s + 4 * row * s;
-    const std::uint64_t needed = n_ * d_ * s + (weights ? n_ * s : 0) + rest;
+    const std::uint64_t needed = n_ * (d_ + 1) * s + rest;  // samples and weights (allocated either way)
     const std::uint64_t budget = device_memory_budget(info);
     streamed_ = budget && needed > budget;
     if (streamed_ && rest > budget)
@@ -192,10 +190,8 @@ class LloydEngine {
     // In parts when someone polls for cancellation and the last step ran longer than a slice: each part dispatches
     // a range of every chunk's workgroups and is submitted on its own, with a poll after it. Every workgroup still
     // covers the same sample tiles and writes its own partials, so the result is the same bit for bit.
-    std::uint32_t parts = 1;
-    if (keep_going_ && last_step_ms_ > slice_ms_)
-      parts = static_cast<std::uint32_t>(std::min<double>(kMaxParts, std::ceil(last_step_ms_ / std::max(slice_ms_, 1e-3))));
-    const auto started = std::chrono::steady_clock::now();
+    const auto parts = static_cast<std::uint32_t>(pacer_.parts(kMaxParts));
+    const auto started = KeepGoingPacer::Clock::now();
     double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
     auto add_e_step_ms = [&e_step_ms](double ms) { e_step_ms = ms < 0 || e_step_ms < 0 ? -1.0 : e_step_ms + ms; };
     cmds.copy(centres_staging_, 0, centres_, 0, kd * s);
@@ -218,7 +214,7 @@ class LloydEngine {
         cmds.timestamp(1);
         cmds.submit_and_wait();
         add_e_step_ms(cmds.elapsed_ms(0, 1));
-        if (!keep_going_()) throw cancelled("KMeans.fit was cancelled during an E-step; the estimator is unchanged");
+        pacer_.poll();
         cmds.reset();
         cmds.timestamp(0);
       }
@@ -236,7 +232,7 @@ class LloydEngine {
     }
     cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 4);
     cmds.submit_and_wait();
-    last_step_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    pacer_.step_done(started);
     add_e_step_ms(cmds.elapsed_ms(0, 1));
     auto& time = times_;
     if (update) {
@@ -268,8 +264,7 @@ class LloydEngine {
   /// Polls `keep_going` between the parts of an E-step that ran longer than `slice_ms` the last time (the first
   /// step runs whole): see KeepGoing.
   void set_keep_going(KeepGoing keep_going, double slice_ms = kKeepGoingSliceMs) {
-    keep_going_ = std::move(keep_going);
-    slice_ms_ = slice_ms;
+    pacer_.set(std::move(keep_going), slice_ms);
   }
 
   /// GPU time of this engine's steps so far (lloyd_loop returns it with the fit).
@@ -326,8 +321,7 @@ class LloydEngine {
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   algorithms::StepTimes times_;
   bool streamed_ = false;
-  KeepGoing keep_going_;
-  double slice_ms_ = kKeepGoingSliceMs, last_step_ms_ = 0;
+  KeepGoingPacer pacer_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
 };
