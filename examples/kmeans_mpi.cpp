@@ -3,6 +3,7 @@
 // outputs (labels gathered from every rank).
 //
 //   mpirun -np 4 gpuml-kmeans-mpi --input X.npy --n-clusters 127 --init first --max-iter 100 --tol 0
+//   mpirun -np 4 gpuml-kmeans-mpi --input X.npy --n-clusters 127 --init k-means++ --seed 7
 //   mpirun -np 2 gpuml-kmeans-mpi --input X.npy --init init.npy --labels-out labels.npy --json --device gpu
 //
 // Each rank's --device (default GPUML_DEVICE / auto) is its own: with one GPU per rank, pass --device-per-rank to
@@ -58,7 +59,8 @@ class MappedFile {
 
 struct Options {
   std::string input, init = "first", device, labels_out, centers_out;
-  int n_clusters = 127, max_iter = 100;
+  int n_clusters = 127, max_iter = 100, n_init = 0;
+  std::uint64_t random_state = 0;
   double tol = 0;
   bool json = false, device_per_rank = false, verbose = false;
 };
@@ -78,11 +80,15 @@ int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, con
   p.max_iter = o.max_iter;
   p.tol = o.tol;
   p.verbose = o.verbose;
+  p.n_init = o.n_init;
+  p.random_state = o.random_state;
   gpuml::Backend backend = gpuml::Backend::host();
   comm.guarded([&] {
     if (o.init == "first") {
       if (n < o.n_clusters) throw gpuml::invalid_input("--init first needs at least n_clusters samples");
       p.init_centers = Eigen::Map<const gpuml::Matrix<T>>(base, o.n_clusters, d).template cast<double>();
+    } else if (o.init == "k-means++") {
+      p.init = o.init;  // seeded across ranks
     } else {
       p.init_centers = gpuml::read_matrix<double>(o.init);
     }
@@ -137,7 +143,11 @@ int main(int argc, char** argv) {
     CLI::App app{"Distributed k-means over MPI: each rank fits its range of rows of one memory-mapped .npy file."};
     app.add_option("--input", o.input, "the data: a C-order float32 or float64 .npy file (n x d)")->required();
     app.add_option("--n-clusters", o.n_clusters, "k (default 127)");
-    app.add_option("--init", o.init, "first (the first n_clusters rows) | PATH to initial centres (.npy/.csv)");
+    app.add_option("--init", o.init,
+                   "first (the first n_clusters rows) | k-means++ (greedy, across ranks) | PATH to initial centres "
+                   "(.npy/.csv)");
+    app.add_option("--n-init", o.n_init, "k-means++ runs, the best kept (default 1)")->check(CLI::NonNegativeNumber);
+    app.add_option("--seed", o.random_state, "random_state of k-means++ (default 0)");
     app.add_option("--max-iter", o.max_iter, "maximum Lloyd iterations (default 100)");
     app.add_option("--tol", o.tol, "relative tolerance (default 0: until the labels stop changing or max-iter)");
     app.add_option("--device", o.device, "each rank's backend (default GPUML_DEVICE, else auto)");

@@ -26,6 +26,23 @@ PY
 done
 cmp "$work/one.npy" "$work/l1.npy"
 echo "one rank: labels identical to gpuml-kmeans"
+# k-means++ seeded across ranks: the seeds one process draws, so the same n_iter and (one rank) the same labels.
+"$bin/gpuml-kmeans" --input "$work/X.npy" --init k-means++ --seed 7 --n-clusters 31 --max-iter 20 --tol 0 --device host \
+  --labels-out "$work/pp_one.npy" --json >"$work/pp_one.json"
+for np in 1 3; do
+  "${mpirun[@]}" -np $np "$bin/gpuml-kmeans-mpi" --input "$work/X.npy" --init k-means++ --seed 7 --n-clusters 31 \
+    --max-iter 20 --device host --labels-out "$work/pp$np.npy" --json >"$work/pp$np.json"
+  [ "$(field "$work/pp$np.json" n_iter)" = "$(field "$work/pp_one.json" n_iter)" ] || { echo "k-means++: n_iter differs with $np ranks"; exit 1; }
+  python3 - "$work/pp_one.json" "$work/pp$np.json" "$np" <<'PY'
+import json, sys
+one, many, np = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+rel = abs(one["inertia"] - many["inertia"]) / one["inertia"]
+assert rel <= (0.0 if np == 1 else 1e-4), f"k-means++, {np} ranks: inertia {many['inertia']} against {one['inertia']}"
+print(f"k-means++, {np} rank(s): inertia relative difference {rel:.2e}")
+PY
+done
+cmp "$work/pp_one.npy" "$work/pp1.npy"
+echo "k-means++, one rank: labels identical to gpuml-kmeans"
 if "${mpirun[@]}" -np 2 "$bin/gpuml-kmeans-mpi" --input "$work/missing.npy" 2>"$work/err.txt"; then
   echo "a missing input did not fail"; exit 1
 fi

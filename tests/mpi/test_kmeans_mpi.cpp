@@ -42,6 +42,22 @@ Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t sa
   return X;
 }
 
+/// Blobs of small integers, mirrored (row n - 1 - i is minus row i, a middle row of zeros) so that every column's
+/// mean is exactly 0: centring changes nothing, every distance and every partial sum (integer weights) is an exact
+/// integer, and so a distributed fit has nothing to round differently from one process: it must be the same bit
+/// for bit, and any difference is a fault of the distribution, not rounding.
+template <class T>
+Matrix<T> integer_blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
+  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0).array().round().matrix();
+  const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -2.49, 2.49).array().round().matrix();
+  Matrix<T> X = Matrix<T>::Zero(n, d);
+  for (Eigen::Index i = 0; i < n / 2; ++i) {
+    X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+    X.row(n - 1 - i) = -X.row(i);
+  }
+  return X;
+}
+
 /// This rank's first row and row count when n rows are cut into uneven shards (the last rank's may be empty).
 std::pair<Eigen::Index, Eigen::Index> shard(Eigen::Index n, bool leave_last_empty) {
   const Eigen::Index parts = leave_last_empty && ranks() > 1 ? ranks() - 1 : ranks();
@@ -56,58 +72,77 @@ std::pair<Eigen::Index, Eigen::Index> shard(Eigen::Index n, bool leave_last_empt
 
 std::vector<gpuml::testing::NamedBackend> rank_backends() { return gpuml::testing::backends(); }
 
+/// A distributed fit against one process's fit on the same engine. `exact`: integer data, where nothing rounds
+/// differently, so labels, centres and n_iter are the same bit for bit (the inertia, a sum of non-integers over
+/// rows, is within rounding). Otherwise centres are within the rounding of the ranks' partial sums, and labels
+/// agree (the host's exactly; a device's may differ only for a sample whose two centres are within that rounding).
+template <class T>
+void expect_same_fit(const gpuml::testing::NamedBackend& b, const Matrix<T>& X, Eigen::Index first, Eigen::Index rows,
+                     const gpuml::mpi::KMeans<T>& many, const gpuml::KMeans<T>& one, bool exact, const std::string& what) {
+  const gpuml::Labels expected = one.labels().segment(first, rows);
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+  EXPECT_EQ(many.n_iter(), one.n_iter()) << what;
+  EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << what;
+  if (exact) {
+    EXPECT_TRUE(many.labels() == expected) << what;
+    EXPECT_TRUE(many.cluster_centers() == one.cluster_centers()) << what << ": centres differ by "
+        << (many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff();
+    return;
+  }
+  EXPECT_LE((many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff(),
+            tol * (1 + one.cluster_centers().cwiseAbs().maxCoeff()))
+      << what;
+  if (b.backend.is_host() || std::is_same_v<T, double>) {
+    EXPECT_TRUE(many.labels() == expected) << what;
+    return;
+  }
+  Eigen::Index differ = 0;
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    if (many.labels()[i] == expected[i]) continue;
+    ++differ;
+    const Eigen::RowVectorXd x = X.row(first + i).template cast<double>();
+    const auto& C = one.cluster_centers();
+    const double a = (x - C.row(many.labels()[i]).template cast<double>()).squaredNorm();
+    const double c = (x - C.row(expected[i]).template cast<double>()).squaredNorm();
+    EXPECT_LE(std::abs(a - c), 1e-4 * (1 + x.squaredNorm())) << what << ": sample " << first + i << " is no near-tie";
+  }
+  EXPECT_LE(differ, rows / 100) << what;
+}
+
 template <class T>
 class DistributedKMeans : public ::testing::Test {};
 using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(DistributedKMeans, Scalars);
 
-// The distributed fit against one process's fit of all rows: labels of this rank's rows, centres, inertia, n_iter.
-// Empty clusters (two initial centres far from every sample) are relocated across ranks as in one process.
+// The distributed fit against one process's fit of all rows on the same engine: labels of this rank's rows,
+// centres, inertia, n_iter. Empty clusters (two initial centres far from every sample) are relocated across ranks
+// as in one process (integer distances tie often: the higher global index goes first on every rank).
+// Integer data (integer_blobs): the same bit for bit. Real data: the ranks' partial sums round differently.
 TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
   using T = TypeParam;
   for (const auto& b : rank_backends()) {
-    for (const bool last_empty : {false, true}) {
-      for (const bool with_empty_clusters : {false, true}) {
-        const Eigen::Index n = 2003, d = 5, k = 7;
-        const Matrix<T> X = blobs<T>(n, d, k, 11);
-        KMeansParams p;
-        p.n_clusters = static_cast<int>(k);
-        Matrix<double> init = (X.topRows(k).template cast<double>().array() + 0.5).matrix();
-        if (with_empty_clusters) init.row(5).setConstant(1e3), init.row(6).setConstant(-1e3);
-        p.init_centers.emplace(init);
-        p.max_iter = 40;
-        p.tol = 1e-6;
-        gpuml::KMeans<T> one(p, gpuml::Backend::host());
-        one.fit(X);
-        const auto [first, rows] = shard(n, last_empty);
-        gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
-        many.fit(X.middleRows(first, rows));
-        const std::string what = b.name + (last_empty ? " last shard empty" : "") + (with_empty_clusters ? " relocation" : "");
-        // The host engine's labels agree exactly. A device's float32 E-step rounds differently from the host's, and
-        // the ranks' partial sums round centres differently from one process's: labels may then differ only for a
-        // sample whose two centres are within that rounding of each other.
-        const gpuml::Labels expected = one.labels().segment(first, rows);
-        if (b.backend.is_host() || std::is_same_v<T, double>) {
-          EXPECT_TRUE(many.labels() == expected) << what;
-        } else {
-          Eigen::Index differ = 0;
-          for (Eigen::Index i = 0; i < rows; ++i) {
-            if (many.labels()[i] == expected[i]) continue;
-            ++differ;
-            const Eigen::RowVectorXd x = X.row(first + i).template cast<double>();
-            const auto& C = one.cluster_centers();
-            const double a = (x - C.row(many.labels()[i]).template cast<double>()).squaredNorm();
-            const double c = (x - C.row(expected[i]).template cast<double>()).squaredNorm();
-            EXPECT_LE(std::abs(a - c), 1e-4 * (1 + x.squaredNorm())) << what << ": sample " << first + i << " is no near-tie";
-          }
-          EXPECT_LE(differ, rows / 100) << what;
+    for (const bool integers : {true, false}) {
+      for (const bool last_empty : {false, true}) {
+        for (const bool with_empty_clusters : {false, true}) {
+          if (!integers && with_empty_clusters) continue;  // relocation splits blobs: real data then meets near-ties
+          const Eigen::Index n = 2003, d = 5, k = 7;
+          const Matrix<T> X = integers ? integer_blobs<T>(n, d, k, 11) : blobs<T>(n, d, k, 11);
+          KMeansParams p;
+          p.n_clusters = static_cast<int>(k);
+          Matrix<double> init = (X.topRows(k).template cast<double>().array() + 0.5).matrix();
+          if (with_empty_clusters) init.row(5).setConstant(1e3), init.row(6).setConstant(-1e3);
+          p.init_centers.emplace(init);
+          p.max_iter = 40;
+          p.tol = 1e-6;
+          gpuml::KMeans<T> one(p, b.backend);
+          one.fit(X);
+          const auto [first, rows] = shard(n, last_empty);
+          gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
+          many.fit(X.middleRows(first, rows));
+          const std::string what = b.name + (integers ? " integers" : " reals") + (last_empty ? " last shard empty" : "") +
+                                   (with_empty_clusters ? " relocation" : "");
+          expect_same_fit(b, X, first, rows, many, one, integers, what);
         }
-        EXPECT_EQ(many.n_iter(), one.n_iter()) << what;
-        const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-        EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << what;
-        EXPECT_LE((many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff(),
-                  tol * (1 + one.cluster_centers().cwiseAbs().maxCoeff()))
-            << what;
       }
     }
   }
@@ -168,11 +203,59 @@ TEST(DistributedKMeansFaults, AFailureDuringTheFitEndsEveryRank) {
   }
 }
 
-TEST(DistributedKMeansFaults, SeedingAcrossRanksIsRefusedOnEveryRank) {
+// k-means++ seeding across ranks (greedy, n_init runs from one random_state) against one process on the same
+// engine, on integer data with integer weights: every mass, block sum and potential is an exact integer, so the
+// draws, the seeds and the fit are the same bit for bit. The ranks' sampling blocks start at each rank's first row,
+// unlike one process's: on real data a draw could change only where it lands within the rounding of a block
+// boundary, and a candidate only where two potentials tie within float64 rounding.
+TYPED_TEST(DistributedKMeans, PlusPlusSeedingAcrossRanksMatchesOneProcess) {
+  using T = TypeParam;
+  for (const auto& b : rank_backends()) {
+    for (const bool last_empty : {false, true}) {
+      const Eigen::Index n = 4099, d = 6, k = 9;  // 5 blocks of 1024 samples in one process, cut unevenly
+      const Matrix<T> X = integer_blobs<T>(n, d, k, 41);
+      const gpuml::Vector<T> w = random_matrix<double>(n, 1, 42, 0.5, 3.49).col(0).array().round().template cast<T>();
+      KMeansParams p;
+      p.n_clusters = static_cast<int>(k);
+      p.n_init = 2;
+      p.random_state = gpuml::testing::test_seed() % 1000;
+      p.max_iter = 30;
+      gpuml::KMeans<T> one(p, b.backend);
+      one.fit(X, w);
+      const auto [first, rows] = shard(n, last_empty);
+      gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
+      many.fit(X.middleRows(first, rows), w.segment(first, rows));
+      const std::string what = b.name + (last_empty ? " last shard empty" : "") + " random_state " +
+                               std::to_string(p.random_state);
+      expect_same_fit(b, X, first, rows, many, one, true, what);
+    }
+  }
+}
+
+// verbose=1: rank 0 prints scikit-learn's lines, the other ranks print nothing (their sink is a named handler that
+// outlives the fit: a temporary one crashed every rank but 0 at the first line).
+TEST(DistributedKMeansFaults, VerboseFitPrintsOnRankZeroAndEndsOnEveryRank) {
+  const Matrix<double> X = blobs<double>(300, 3, 4, 25);
+  KMeansParams p;
+  p.n_clusters = 4;
+  p.verbose = true;
+  p.max_iter = 5;
+  gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+  km.fit(X.middleRows(100 * (rank() % 3), 100));
+  EXPECT_GE(km.n_iter(), 1);
+}
+
+TEST(DistributedKMeansFaults, RandomInitAcrossRanksIsRefusedOnEveryRank) {
   KMeansParams p;
   p.n_clusters = 2;
+  p.init = "random";
   gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
-  EXPECT_THROW(km.fit(random_matrix<double>(20, 3, 24)), gpuml::error);
+  try {
+    km.fit(random_matrix<double>(20, 3, 24));
+    ADD_FAILURE() << "no error";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find("init=\"random\""), std::string::npos) << e.what();
+  }
 }
 
 // Distributed k-NN against one process on the host engine (whose selection values are exact, so the lists are

@@ -413,22 +413,32 @@ std::vector<double> sampling_masses(const T* w, const T* closest, std::int64_t c
   return m;
 }
 
-/// The first sample at or after idx with positive mass, else the last one before it, else 0. Blocks whose sum is
-/// zero are skipped unread.
+/// The first row of sampling block b: b * block_rows(), or the Masses' own block_begin(b) where blocks differ in
+/// size (the blocks of several shards, each with its own last block).
 template <class Masses>
-std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std::int64_t idx) {
-  const std::int64_t B = m.block_rows(), b0 = idx / B, n_blocks = static_cast<std::int64_t>(sums.size());
+std::int64_t block_begin(const Masses& m, std::int64_t b) {
+  if constexpr (requires { { m.block_begin(b) } -> std::convertible_to<std::int64_t>; })
+    return m.block_begin(b);
+  else
+    return b * m.block_rows();
+}
+
+/// The first sample at or after sample i0 of block b0 with positive mass, else the last one before it, else 0.
+/// Blocks whose sum is zero are skipped unread.
+template <class Masses>
+std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std::int64_t b0, std::int64_t i0) {
+  const std::int64_t n_blocks = static_cast<std::int64_t>(sums.size());
   for (std::int64_t b = b0; b < n_blocks; ++b) {
     if (b > b0 && !(sums[b] > 0)) continue;
     const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? idx - b * B : 0; i < static_cast<std::int64_t>(mass.size()); ++i)
-      if (mass[i] > 0) return b * B + i;
+    for (std::int64_t i = b == b0 ? i0 : 0; i < static_cast<std::int64_t>(mass.size()); ++i)
+      if (mass[i] > 0) return block_begin(m, b) + i;
   }
   for (std::int64_t b = b0; b >= 0; --b) {
     if (b < b0 && !(sums[b] > 0)) continue;
     const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? idx - b * B : static_cast<std::int64_t>(mass.size()) - 1; i >= 0; --i)
-      if (mass[i] > 0) return b * B + i;
+    for (std::int64_t i = b == b0 ? i0 : static_cast<std::int64_t>(mass.size()) - 1; i >= 0; --i)
+      if (mass[i] > 0) return block_begin(m, b) + i;
   }
   return 0;
 }
@@ -439,11 +449,12 @@ std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std:
 ///   const std::vector<double>& block_sums()   the sum of each block's masses
 ///   std::vector<double> block(b)              the masses of block b's samples, in double
 ///   void prefetch(blocks)                     a hint: these blocks will be read next
+///   std::int64_t block_begin(b)               optional: block b's first sample, where blocks differ in size
 /// The cumulative sum runs in double over the block sums, then inside the blocks drawn.
 template <class Masses>
 std::vector<std::int64_t> draw(Masses& m, const std::vector<double>& u, bool side_right) {
   const std::vector<double>& sums = m.block_sums();
-  const std::int64_t B = m.block_rows(), n_blocks = static_cast<std::int64_t>(sums.size());
+  const std::int64_t n_blocks = static_cast<std::int64_t>(sums.size());
   std::vector<double> ends(sums.size());  // the cumulative sum at the end of each block
   double total = 0;
   for (std::int64_t b = 0; b < n_blocks; ++b) ends[b] = (total += sums[b]);
@@ -463,7 +474,7 @@ std::vector<std::int64_t> draw(Masses& m, const std::vector<double>& u, bool sid
     std::int64_t i = 0;
     for (double cum = b > 0 ? ends[b - 1] : 0.0; i + 1 < static_cast<std::int64_t>(mass.size()); ++i)
       if (reached(cum += mass[i], r)) break;
-    out[q] = total > 0 && !(mass[i] > 0) ? positive_mass_near(m, sums, b * B + i) : b * B + i;
+    out[q] = total > 0 && !(mass[i] > 0) ? positive_mass_near(m, sums, b, i) : block_begin(m, b) + i;
   }
   return out;
 }
@@ -502,25 +513,40 @@ class WeightMasses {
 ///   the sampling masses w_i * closest_i in blocks, as draw reads them
 /// The first centre is drawn with probability w / sum(w); then each round draws 2 + int(log k) candidates
 /// proportional to w * closest and keeps the one of lowest potential (the first on ties, as np.argmin).
-template <class T, class Engine>
+///
+/// `first_masses` are the masses of the first draw (the weights, as WeightMasses) and rows(ids) returns the drawn
+/// samples as rows; the overload below takes both from X and w. Shards of one data set (one per MPI rank) pass
+/// masses and rows that span every shard.
+template <class T, class Engine, class FirstMasses, class Rows>
   requires PlusPlusEngine<Engine, T>
-Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows, int k, std::mt19937_64& rng) {
   const int n_trials = plus_plus_trials(k);
-  Matrix<T> centers(k, X.cols()), cand(n_trials, X.cols());
-  WeightMasses<T> weights(w);
-  centers.row(0) = X.row(draw(weights, {uniform01(rng)}, true)[0]);
-  engine.start(Matrix<T>(centers.topRows(1)));
+  const Matrix<T> first = rows(draw(first_masses, {uniform01(rng)}, true));
+  Matrix<T> centers(k, first.cols());
+  centers.row(0) = first.row(0);
+  engine.start(first);
   std::vector<double> u(static_cast<std::size_t>(n_trials));
   for (int c = 1; c < k; ++c) {
     for (double& x : u) x = uniform01(rng);
-    const std::vector<std::int64_t> ids = draw(engine, u, false);
-    for (int t = 0; t < n_trials; ++t) cand.row(t) = X.row(ids[t]);
+    const Matrix<T> cand = rows(draw(engine, u, false));
     const std::vector<double> pot = engine.potentials(cand);
     const int best = static_cast<int>(std::min_element(pot.begin(), pot.end()) - pot.begin());
     engine.keep(best);
     centers.row(c) = cand.row(best);
   }
   return centers;
+}
+
+template <class T, class Engine>
+  requires PlusPlusEngine<Engine, T>
+Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+  WeightMasses<T> weights(w);
+  auto rows = [&](const std::vector<std::int64_t>& ids) {
+    Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
+    for (std::size_t t = 0; t < ids.size(); ++t) out.row(static_cast<Eigen::Index>(t)) = X.row(ids[t]);
+    return out;
+  };
+  return plus_plus_loop<T>(engine, weights, rows, k, rng);
 }
 
 /// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)

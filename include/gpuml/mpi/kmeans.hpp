@@ -204,13 +204,182 @@ class DistributedLloyd {
   std::int64_t first_;
 };
 
+/// The k-means++ sampling blocks of every rank's rows, in rank order: rank r's rows are cut into blocks of
+/// algorithms::kPlusPlusBlock from its first row, so a rank's last block may be short. Global block b belongs to
+/// one rank, which reads its masses and rows for every other rank.
+class RankBlocks {
+ public:
+  RankBlocks(const Communicator& comm, const std::vector<std::int64_t>& rows_per_rank) : comm_(comm) {
+    const auto B = algorithms::kPlusPlusBlock;
+    std::int64_t block = 0, row = 0;
+    for (const std::int64_t rows : rows_per_rank) {
+      first_block_.push_back(block);
+      first_row_.push_back(row);
+      counts_.push_back(static_cast<int>((rows + B - 1) / B));
+      block += counts_.back();
+      row += rows;
+    }
+    first_block_.push_back(block);
+    first_row_.push_back(row);
+  }
+
+  std::int64_t blocks() const { return first_block_.back(); }
+  int owner_of_block(std::int64_t b) const {
+    return static_cast<int>(std::upper_bound(first_block_.begin(), first_block_.end(), b) - first_block_.begin()) - 1;
+  }
+  int owner_of_row(std::int64_t g) const {
+    return static_cast<int>(std::upper_bound(first_row_.begin(), first_row_.end(), g) - first_row_.begin()) - 1;
+  }
+  /// Block b as (its owner, its index among the owner's blocks).
+  std::pair<int, std::int64_t> local_block(std::int64_t b) const {
+    const int r = owner_of_block(b);
+    return {r, b - first_block_[static_cast<std::size_t>(r)]};
+  }
+  std::int64_t block_begin(std::int64_t b) const {
+    const auto [r, lb] = local_block(b);
+    return first_row_[static_cast<std::size_t>(r)] + lb * algorithms::kPlusPlusBlock;
+  }
+  std::int64_t block_size(std::int64_t b) const {
+    const auto [r, lb] = local_block(b);
+    const std::int64_t rows = first_row_[static_cast<std::size_t>(r) + 1] - first_row_[static_cast<std::size_t>(r)];
+    return std::min(algorithms::kPlusPlusBlock, rows - lb * algorithms::kPlusPlusBlock);
+  }
+  std::int64_t first_row(int r) const { return first_row_[static_cast<std::size_t>(r)]; }
+
+  /// Every rank's block sums, in rank order (collective).
+  std::vector<double> gather(const std::vector<double>& mine) const {
+    std::vector<int> displacements(counts_.size());
+    for (std::size_t r = 0; r < counts_.size(); ++r) displacements[r] = static_cast<int>(first_block_[r]);
+    std::vector<double> all(static_cast<std::size_t>(blocks()));
+    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts_.data(),
+                   displacements.data(), MPI_DOUBLE, comm_.get());
+    return all;
+  }
+
+ private:
+  const Communicator& comm_;
+  std::vector<std::int64_t> first_block_, first_row_;
+  std::vector<int> counts_;
+};
+
+/// A rank's sampling masses (blocks of its own rows: algorithms::WeightMasses or a k-means++ engine) seen as the
+/// masses of all ranks' rows, as algorithms::draw reads them. Every call is collective: every rank draws the same
+/// numbers from the same sums, so every rank asks for the same blocks in the same order.
+template <class Local>
+class SpreadMasses {
+ public:
+  SpreadMasses(const Communicator& comm, const RankBlocks& blocks, Local& local)
+      : comm_(comm), blocks_(blocks), local_(local) {
+    refresh();
+  }
+  /// Gathers the ranks' block sums again (after the local masses changed).
+  void refresh() {
+    std::vector<double> mine;
+    comm_.guarded([&] { mine = local_.block_sums(); });
+    sums_ = blocks_.gather(mine);
+  }
+
+  std::int64_t block_rows() const { return algorithms::kPlusPlusBlock; }
+  std::int64_t block_begin(std::int64_t b) const { return blocks_.block_begin(b); }
+  const std::vector<double>& block_sums() const { return sums_; }
+  void prefetch(const std::vector<std::int64_t>& ids) {
+    std::vector<std::int64_t> mine;
+    for (std::int64_t b : ids)
+      if (const auto [r, lb] = blocks_.local_block(b); r == comm_.rank()) mine.push_back(lb);
+    comm_.guarded([&] {
+      if (!mine.empty()) local_.prefetch(mine);
+    });
+  }
+  /// Block b's masses, read by its owner and broadcast.
+  std::vector<double> block(std::int64_t b) {
+    const auto [owner, lb] = blocks_.local_block(b);
+    std::vector<double> mass(static_cast<std::size_t>(blocks_.block_size(b)));
+    comm_.guarded([&] {
+      if (owner == comm_.rank()) mass = local_.block(lb);
+    });
+    MPI_Bcast(mass.data(), static_cast<int>(mass.size()), MPI_DOUBLE, owner, comm_.get());
+    return mass;
+  }
+
+ private:
+  const Communicator& comm_;
+  const RankBlocks& blocks_;
+  Local& local_;
+  std::vector<double> sums_;
+};
+
+/// A rank's k-means++ engine (host or device, on its own rows) as one engine over all ranks: potentials are added
+/// across ranks, masses are spread (SpreadMasses).
+template <class Local, class T>
+class DistributedPlusPlus : public SpreadMasses<Local> {
+ public:
+  DistributedPlusPlus(const Communicator& comm, const RankBlocks& blocks, Local& local)
+      : SpreadMasses<Local>(comm, blocks, local), comm_(comm), local_(local) {}
+
+  void start(const Matrix<T>& c) {
+    comm_.guarded([&] { local_.start(c); });
+    this->refresh();
+  }
+  std::vector<double> potentials(const Matrix<T>& cand) {
+    std::vector<double> pot(static_cast<std::size_t>(cand.rows()), 0.0);
+    comm_.guarded([&] { pot = local_.potentials(cand); });
+    comm_.sum(pot);
+    return pot;
+  }
+  void keep(int t) {
+    comm_.guarded([&] { local_.keep(t); });
+    this->refresh();
+  }
+
+ private:
+  const Communicator& comm_;
+  Local& local_;
+};
+
+/// Rows of all ranks by global index, each sent by its owner (exactly: the bits of T).
+template <class T>
+Matrix<T> gather_rows(const Communicator& comm, const RankBlocks& blocks, MatrixView<T> X,
+                      const std::vector<std::int64_t>& ids) {
+  Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
+  const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    const int owner = blocks.owner_of_row(ids[t]);
+    if (owner == comm.rank()) out.row(static_cast<Eigen::Index>(t)) = X.row(ids[t] - blocks.first_row(owner));
+    MPI_Bcast(out.row(static_cast<Eigen::Index>(t)).data(), static_cast<int>(X.cols()), type, owner, comm.get());
+  }
+  return out;
+}
+
+/// scikit-learn's _is_same_clustering over every rank's labels: one mapping of a's clusters onto b's for all ranks.
+inline bool same_clustering(const Communicator& comm, const Labels& a, const Labels& b, int k) {
+  constexpr std::int32_t kUnseen = -1, kClash = -2;
+  std::vector<std::int32_t> mapping(static_cast<std::size_t>(k), kUnseen);
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    auto& m = mapping[static_cast<std::size_t>(a[i])];
+    if (m == kUnseen) m = b[i];
+    else if (m != b[i]) m = kClash;
+  }
+  std::vector<std::int32_t> all(mapping.size() * static_cast<std::size_t>(comm.size()));
+  MPI_Allgather(mapping.data(), k, MPI_INT32_T, all.data(), k, MPI_INT32_T, comm.get());
+  for (int j = 0; j < k; ++j) {
+    std::int32_t seen = kUnseen;
+    for (int r = 0; r < comm.size(); ++r) {
+      const std::int32_t m = all[static_cast<std::size_t>(r) * static_cast<std::size_t>(k) + static_cast<std::size_t>(j)];
+      if (m == kClash || (m != kUnseen && seen != kUnseen && m != seen)) return false;
+      if (m != kUnseen) seen = m;
+    }
+  }
+  return true;
+}
+
 }  // namespace detail
 
 /// KMeans over the ranks of a communicator. Each rank passes its own rows to fit (shards of one data set in rank
 /// order; any sizes, an empty shard included) and gets the same cluster_centers, inertia and n_iter as every other
 /// rank, and labels for its own rows. Parameters are KMeansParams; every rank must pass the same ones. Initial
-/// centres: an array (init_centers, rank 0's is used). k-means++ and random seeding across ranks are not built yet
-/// and are refused with gpuml::unsupported.
+/// centres: an array (init_centers, rank 0's is used) or greedy k-means++ across ranks (init="k-means++", n_init
+/// runs from random_state, as one process draws them); init="random" across ranks is refused with
+/// gpuml::unsupported.
 template <class T>
 class KMeans {
   static_assert(is_supported_scalar<T>, "KMeans supports float and double");
@@ -246,9 +415,9 @@ class KMeans {
       if (n_local > 0) checks::data(X, "X");
       checks::same_length(n_local, sample_weight.size(), "sample_weight");
       weight_sum = algorithms::check_sample_weight(sample_weight).sum;
-      if (!p.init_centers)
-        throw unsupported("distributed KMeans takes initial centres (init_centers); k-means++ and random seeding "
-                          "across ranks are not built yet");
+      if (!p.init_centers && p.init != "k-means++")
+        throw unsupported("distributed KMeans seeds with k-means++ or takes initial centres (init_centers); "
+                          "init=\"random\" across ranks is not built");
     });
     std::vector<double> total_weight{weight_sum};
     comm_.sum(total_weight);
@@ -261,15 +430,17 @@ class KMeans {
     if (n < k)
       comm_.check("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
 
-    // Initial centres: rank 0's, the same on every rank.
-    std::vector<double> init(static_cast<std::size_t>(k * d), 0.0);
+    // Initial centres: rank 0's array, the same on every rank, or k-means++ across ranks.
+    const bool array_init = p.init_centers.has_value();
+    std::vector<double> init(array_init ? static_cast<std::size_t>(k * d) : 0, 0.0);
     comm_.guarded([&] {
-      if (comm_.rank() != 0) return;
+      if (comm_.rank() != 0 || !array_init) return;
       const Matrix<double>& c = *p.init_centers;
       algorithms::check_init_centers<T>(c, k, d);
       std::copy_n(c.data(), init.size(), init.data());
     });
-    MPI_Bcast(init.data(), static_cast<int>(init.size()), MPI_DOUBLE, 0, comm_.get());
+    if (array_init) MPI_Bcast(init.data(), static_cast<int>(init.size()), MPI_DOUBLE, 0, comm_.get());
+    const int n_init = array_init ? 1 : p.n_init == 0 ? 1 : p.n_init;  // "auto": one k-means++ seeding
 
     // Mean and tolerance over all rows: each rank's column sums (as one process makes them over its rows), added
     // across ranks in float64; then centring in T as one process does.
@@ -283,12 +454,18 @@ class KMeans {
         p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(summed(algorithms::column_sums(X, &mean)), double(n), p.tol);
     const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
     const Matrix<T> Xc = X.rowwise() - mean_t;
-    Matrix<T> start = Eigen::Map<const Matrix<double>>(init.data(), k, d).template cast<T>().rowwise() - mean_t;
+    Matrix<T> init_c;
+    if (array_init) init_c = Eigen::Map<const Matrix<double>>(init.data(), k, d).template cast<T>().rowwise() - mean_t;
 
     // Verbose output from rank 0 only (every rank computes it: the inertia it prints is a collective); a
     // cancellation on any rank stops every rank at the same iteration.
-    const WarningHandler discard = [](const std::string&) {};
-    ScopedThreadMessages quiet_ranks(WarningHandler{}, comm_.rank() == 0 ? WarningHandler{} : discard);
+    // Warnings and verbose lines from rank 0 only (the handler must outlive the scope: a named object).
+    const WarningHandler rank_zero_only =
+        comm_.rank() == 0 ? WarningHandler{} : WarningHandler([](const std::string&) {});
+    ScopedThreadMessages quiet_ranks(rank_zero_only, rank_zero_only);
+    if (array_init && p.n_init > 1)
+      warn("Explicit initial center position passed: performing only one init in KMeans instead of n_init=" +
+           std::to_string(p.n_init) + ".");
     IterationCallback on_iteration;
     if (p.on_iteration)
       on_iteration = [&](const LloydIteration& it) {
@@ -298,25 +475,20 @@ class KMeans {
         comm_.sum(stop);
         return stop[0] == 0;
       };
-    algorithms::LloydResult<T> r;
-    auto run = [&](auto& local) {
-      detail::DistributedLloyd<std::decay_t<decltype(local)>, T> engine(comm_, local, Xc, sample_weight, first);
-      r = algorithms::lloyd_loop<T>(engine, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose, on_iteration);
-    };
-    std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
-    std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
-    comm_.guarded([&] {
-      const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
-      run_on<T>(
-          local, "distributed KMeans",
-          [&] {
-            on_device.emplace(*local.device(), Xc, sample_weight.data(), static_cast<std::uint32_t>(k));
-            on_device->reset_labels();
-          },
-          [&] { on_host.emplace(Xc, sample_weight); });
-    });
-    if (on_device) run(*on_device);
-    else run(*on_host);
+    const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
+    const detail::RankBlocks blocks(comm_, first_rows);
+    std::mt19937_64 rng(p.random_state);
+    std::optional<algorithms::LloydResult<T>> best;
+    for (int attempt = 0; attempt < n_init; ++attempt) {
+      const Matrix<T> start = array_init ? init_c : seed(local, blocks, Xc, sample_weight, static_cast<int>(k), rng);
+      if (p.verbose) verbose_line("Initialization complete");
+      algorithms::LloydResult<T> r = lloyd(local, Xc, sample_weight, start, first, tol_absolute, on_iteration);
+      // scikit-learn keeps a later run only if its inertia is lower and it is not the same clustering.
+      const bool better = !best || (r.inertia < best->inertia &&
+                                    !detail::same_clustering(comm_, r.labels, best->labels, static_cast<int>(k)));
+      if (better) best = std::move(r);
+    }
+    algorithms::LloydResult<T>& r = *best;
 
     centers_ = r.centers.rowwise() + mean_t;
     labels_ = std::move(r.labels);
@@ -336,6 +508,51 @@ class KMeans {
  private:
   void require_fitted() const {
     if (!fitted_) throw not_fitted("This KMeans instance is not fitted yet. Call 'fit' with appropriate arguments first.");
+  }
+
+  /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
+  /// block sums of every rank; the candidates' rows come from their owners.
+  Matrix<T> seed(const Backend& local, const detail::RankBlocks& blocks, MatrixView<T> Xc, VectorView<T> w, int k,
+                 std::mt19937_64& rng) {
+    const int trials = algorithms::plus_plus_trials(k);
+    std::optional<kernels::PlusPlusEngine<T>> on_device;
+    std::optional<host::kmeans_detail::HostPlusPlus<T>> on_host;
+    comm_.guarded([&] {
+      run_on<T>(
+          local, "distributed k-means++ seeding", [&] { on_device.emplace(*local.device(), Xc, w, trials); },
+          [&] { on_host.emplace(Xc, w, trials); });
+    });
+    algorithms::WeightMasses<T> local_weights(w);
+    detail::SpreadMasses<algorithms::WeightMasses<T>> weights(comm_, blocks, local_weights);
+    auto rows = [&](const std::vector<std::int64_t>& ids) { return detail::gather_rows<T>(comm_, blocks, Xc, ids); };
+    auto run = [&](auto& engine) {
+      detail::DistributedPlusPlus<std::decay_t<decltype(engine)>, T> spread(comm_, blocks, engine);
+      return algorithms::plus_plus_loop<T>(spread, weights, rows, k, rng);
+    };
+    return on_device ? run(*on_device) : run(*on_host);
+  }
+
+  /// One Lloyd run across ranks from `start`: each rank's engine on its rows (detail::DistributedLloyd).
+  algorithms::LloydResult<T> lloyd(const Backend& local, MatrixView<T> Xc, VectorView<T> w, const Matrix<T>& start,
+                                   std::int64_t first, double tol_absolute, const IterationCallback& on_iteration) {
+    const KMeansParams& p = params_;
+    const auto k = static_cast<std::uint32_t>(start.rows());
+    std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
+    std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
+    comm_.guarded([&] {
+      run_on<T>(
+          local, "distributed KMeans",
+          [&] {
+            on_device.emplace(*local.device(), Xc, w.data(), k);
+            on_device->reset_labels();
+          },
+          [&] { on_host.emplace(Xc, w); });
+    });
+    auto run = [&](auto& engine) {
+      detail::DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, Xc, w, first);
+      return algorithms::lloyd_loop<T>(spread, Xc, w, start, p.max_iter, tol_absolute, p.verbose, on_iteration);
+    };
+    return on_device ? run(*on_device) : run(*on_host);
   }
 
   KMeansParams params_;
