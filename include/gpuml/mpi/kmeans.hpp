@@ -494,6 +494,7 @@ class KMeans {
     labels_ = std::move(r.labels);
     inertia_ = r.inertia;
     n_iter_ = r.n_iter;
+    iteration_seconds_ = r.iteration_seconds;
     fitted_ = true;
     return *this;
   }
@@ -503,6 +504,8 @@ class KMeans {
   const Labels& labels() const { return require_fitted(), labels_; }
   double inertia() const { return require_fitted(), inertia_; }
   int n_iter() const { return require_fitted(), n_iter_; }
+  /// Wall time of the kept run's Lloyd iterations (E-steps, the collectives, M-steps), without seeding and set-up.
+  double iteration_seconds() const { return require_fitted(), iteration_seconds_; }
   const Communicator& communicator() const noexcept { return comm_; }
 
  private:
@@ -562,6 +565,7 @@ class KMeans {
   Labels labels_;
   double inertia_ = 0;
   int n_iter_ = 0;
+  double iteration_seconds_ = 0;
   bool fitted_ = false;
 };
 
