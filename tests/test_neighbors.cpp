@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -722,6 +723,41 @@ void expect_same_up_to_the_boundary(const gpuml::KnnResult<T>& got, const gpuml:
       }
     }
     EXPECT_LE(sum_got, sum_expected + tol * (1 + std::abs(sum_expected))) << what << " query " << i;
+  }
+}
+
+// A database beyond Config::device_memory_limit (here half of its size) does not stay on the device: each search
+// uploads it block by block (a quarter of the limit each) and returns the resident search's neighbours and values
+// bit for bit, for every metric, with k above a block's size, and for X=None.
+TYPED_TEST(Neighbors, DatabaseBeyondTheDeviceMemoryLimitIsStreamedWithTheSameNeighbours) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(3001, 13, 63);
+  const Matrix<T> q = random_matrix<T>(77, 13, 64);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    for (const auto& name : kMetrics) {
+      for (int k : {9, 300}) {
+        gpuml::NearestNeighbors<T> resident({k, name}, b.backend);
+        resident.fit(db);
+        const auto expected = resident.kneighbors(q);
+        EXPECT_FALSE(gpuml::kernels::knn_last_search().streamed) << name;
+        const std::uint64_t limit = std::uint64_t(db.size()) * sizeof(T) / 2;
+        gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
+        gpuml::NearestNeighbors<T> streamed({k, name}, b.backend);
+        streamed.fit(db);
+        const auto got = streamed.kneighbors(q);
+        const auto& stats = gpuml::kernels::knn_last_search();
+        EXPECT_TRUE(stats.streamed) << name;
+        EXPECT_GE(stats.database_blocks, 4u) << name;  // blocks of at most a quarter of the limit
+        EXPECT_TRUE(got.indices == expected.indices) << name << " k=" << k;
+        EXPECT_EQ(std::memcmp(got.distances.data(), expected.distances.data(), sizeof(T) * expected.distances.size()), 0)
+            << name << " k=" << k;
+        if (k == 9) {
+          const auto self = streamed.kneighbors(), self_expected = resident.kneighbors();
+          EXPECT_TRUE(self.indices == self_expected.indices) << name << " X=None";
+        }
+      }
+    }
   }
 }
 

@@ -171,13 +171,15 @@ void record_half_rows(vulkan::Device& device, vulkan::Commands& cmds, const vulk
   cmds.dispatch(half, {x, norms, out, terms ? *terms : norms}, push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
 }
 
-/// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory.
+/// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory (or of
+/// Config::device_memory_limit, as KMeans plans with it).
 template <class T>
 std::uint64_t database_block_rows(const vulkan::Device& device, std::uint64_t n, std::uint64_t d) {
   const std::uint64_t s = sizeof(T);
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
   std::uint64_t block_bytes = max_bytes;
-  if (const auto local = device.info().device_local_bytes) block_bytes = std::min(block_bytes, std::max<std::uint64_t>(local / 4, d * s));
+  if (const auto budget = device_memory_budget(device.info()))
+    block_bytes = std::min(block_bytes, std::max<std::uint64_t>(budget / 4, d * s));
   return rows_per_block(n, d * s, block_bytes, "the database");
 }
 
@@ -384,8 +386,11 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   std::uint64_t slots = lists_allowed ? append_slots<T>(info, k, p.fraction, coop_lists ? 2 : 1) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
-    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more.
-    const std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, info.device_local_bytes / 16);
+    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more; at most a quarter of a
+    // configured device-memory limit.
+    const std::uint64_t memory = device_memory_budget(info);
+    std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, memory / 16);
+    if (config().device_memory_limit()) list_bytes = std::min(list_bytes, std::max<std::uint64_t>(memory / 4, 1ull << 20));
     const std::uint64_t budget = std::min(max_bytes / slots / s, list_bytes / (slots * (s + 4)));
     if (budget == 0) slots = 0;
     else if (budget < p.cut.batch_queries) p.cut = cut<T>(info, max_buffer_bytes, plan_tile, nb_first, m, d, k, budget);
@@ -491,11 +496,11 @@ class KnnDatabase {
     vulkan::Buffer x, norms;
   };
 
-  /// Uploads X. Throws gpuml::unsupported when it would take more than half of the device's memory (searches then
-  /// stream the database through one block at a time, see knn_search).
+  /// Uploads X. Throws gpuml::unsupported when it would take more than half of the device's memory or of
+  /// Config::device_memory_limit (searches then stream the database through one block at a time, see knn_search).
   KnnDatabase(vulkan::Device& device, MatrixView<T> X) : device_(&device), rows_(X.rows()), cols_(X.cols()) {
     require_scalar_support<T>(device);
-    const std::uint64_t bytes = rows_ * (cols_ + 1) * sizeof(T), local = device.info().device_local_bytes;
+    const std::uint64_t bytes = rows_ * (cols_ + 1) * sizeof(T), local = device_memory_budget(device.info());
     if (local && bytes > local / 2)
       throw unsupported("a database of " + std::to_string(bytes >> 20) + " MiB does not stay resident on " +
                         device.info().name + " (" + std::to_string(local >> 20) + " MiB)");
@@ -538,6 +543,8 @@ struct KnnSearchStats {
   // again with heaps.
   std::uint64_t list_batches = 0, list_overflows = 0;
   std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
+  std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
+  bool streamed = false;              // the database was uploaded for this search, block by block, not resident
 };
 namespace knn_detail {
 inline KnnSearchStats& last_search() {
@@ -994,6 +1001,9 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   auto& best_count = ws.best_count;
   best.resize(static_cast<std::size_t>(m) * k);
   best_count.assign(static_cast<std::size_t>(m), 0);
+
+  st.database_blocks = plan.blocks;
+  st.streamed = resident == nullptr;
 
   // The blocks and batches, through the passes.
   vulkan::Commands cmds(device, 2);
