@@ -85,22 +85,30 @@ void acc_barrier() {
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint g = p.group_base + linear_group_id();
-  const uint ntiles = (p.rows + TILE - 1) / TILE;
   const uint region = (p.partial_base + g) * (K * DW);
   const bool resident = NKS == 1 && NDS == 1;
 
   // Zeroed here, summed by the cluster's owner or the thread of a (cluster, feature) pair, written out at the end.
+  // A step streamed in slices of tiles (p.tile_begin > 0) goes on from the sums its earlier slices wrote: each
+  // workgroup adds its tiles in the same order as in one dispatch, so the sums are the same bit for bit.
   if (p.update != 0)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) {
-        if (ACC_SHARED != 0) Acc[c * DW + f] = scalar(0);
-        else partials[region + c * DW + f] = scalar(0);
+        if (p.tile_begin == 0) {
+          if (ACC_SHARED != 0) Acc[c * DW + f] = scalar(0);
+          else partials[region + c * DW + f] = scalar(0);
+        } else if (ACC_SHARED != 0) {
+          Acc[c * DW + f] = partials[region + c * DW + f];
+        }
       }
   if (t == 0) group_changed = 0u;
   bool any_changed = false;  // this thread's labels, over all its tiles: one shared atomic per thread per dispatch
   if (resident) load_centres(0, 0);
 
-  for (uint tile = g; tile < ntiles; tile += p.groups) {
+  // This group's tiles g, g + groups, ... within [tile_begin, tile_end): the slice of the chunk bound as X and W,
+  // whose first row is x_row0 (the whole chunk unless the step is streamed).
+  const uint first_tile = p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
+  for (uint tile = first_tile; tile < p.tile_end; tile += p.groups) {
     const uint base = tile * TILE;
     scalar best[SPT];
     uint best_c[SPT];
@@ -112,7 +120,7 @@ void main() {
     if (NDS == 1)
       for (uint s = 0; s < SPT; ++s) {
         const uint i = base + s * THREADS + t;
-        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[i * D + f] : scalar(0);
+        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
       }
 
     for (uint cs = 0; cs < NKS; ++cs) {
@@ -125,7 +133,7 @@ void main() {
               const uint i = base + s * THREADS + t;
               for (uint f = 0; f < DS; ++f) {
                 const uint j = fs * DS + f;
-                xr[s * DS + f] = (i < p.rows && j < D) ? X[i * D + j] : scalar(0);
+                xr[s * DS + f] = (i < p.rows && j < D) ? X[(i - p.x_row0) * D + j] : scalar(0);
               }
             }
           for (uint kk = 0; kk < KT; ++kk) {
@@ -210,8 +218,8 @@ void main() {
               const uint b = uint(findLSB(m));
               m &= m - 1u;
               const uint i = base + r * THREADS + w * 32u + b;
-              const scalar wi = W[i];
-              for (uint f = 0; f < D; ++f) acc_add(region, c * DW + f, X[i * D + f] * wi);
+              const scalar wi = W[i - p.x_row0];
+              for (uint f = 0; f < D; ++f) acc_add(region, c * DW + f, X[(i - p.x_row0) * D + f] * wi);
               acc_add(region, c * DW + D, wi);
             }
           }
@@ -227,7 +235,7 @@ void main() {
               const uint b = uint(findLSB(m));
               m &= m - 1u;
               const uint i = base + r * THREADS + w * 32u + b;
-              sum += f < D ? X[i * D + f] * W[i] : W[i];
+              sum += f < D ? X[(i - p.x_row0) * D + f] * W[i - p.x_row0] : W[i - p.x_row0];
             }
           }
           if (ACC_SHARED != 0) Acc[index] = sum;

@@ -116,8 +116,8 @@ class LloydEngine {
     const std::uint64_t wanted = info.type == vulkan::DeviceType::cpu ? ceil_div(chunk, tile) : 4096;
     const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, partial_budget / n_chunks));
     // Device memory to plan with: what the device reports, capped by Config::device_memory_limit. Samples and
-    // weights beyond it stay in pinned host memory, which the E-step reads in place every iteration (streamed over
-    // the bus, at the bus's bandwidth); labels, centres and partial sums stay on the device.
+    // weights beyond it stay in pinned host memory; every E-step copies them through two slice buffers
+    // (record_streamed_step); labels, centres and partial sums stay on the device.
     auto chunk_groups = [&](std::uint64_t rows) {
       return static_cast<std::uint32_t>(std::min<std::uint64_t>({per_chunk, ceil_div(rows, tile), info.max_workgroup_count[0]}));
     };
@@ -131,6 +131,18 @@ class LloydEngine {
       throw unsupported("k-means on " + info.name + " needs " + std::to_string(rest >> 20) + " MiB of device memory " +
                         "besides the samples; it has " + std::to_string(budget >> 20) + " MiB (use the host backend)");
     const vulkan::MemoryUse samples = streamed_ ? vulkan::MemoryUse::host : vulkan::MemoryUse::device;
+    if (streamed_) {
+      // Two device buffers for slices of whole sample tiles: while the E-step reads one, the next slice is copied
+      // into the other from pinned memory. As large as the budget left allows (fewer, larger copies).
+      const std::uint64_t slice_bytes_per_row = (d_ + 1) * s;
+      slice_rows_ = std::min<std::uint64_t>((budget - rest) / 2 / slice_bytes_per_row / tile * tile, ceil_div(chunk, tile) * tile);
+      slice_rows_ = std::min<std::uint64_t>(slice_rows_, max_bytes / (d_ * s) / tile * tile);
+      if (slice_rows_ == 0)
+        throw unsupported("k-means on " + info.name + " cannot stream its samples through " +
+                          std::to_string(budget >> 20) + " MiB of device memory (use the host backend)");
+      for (auto& b : slice_x_) b = device.buffer(slice_rows_ * d_ * s);
+      for (auto& b : slice_w_) b = device.buffer(slice_rows_ * s);
+    }
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) {
       Chunk c;
       c.first = r0;
@@ -190,7 +202,7 @@ class LloydEngine {
     // In parts when someone polls for cancellation and the last step ran longer than a slice: each part dispatches
     // a range of every chunk's workgroups and is submitted on its own, with a poll after it. Every workgroup still
     // covers the same sample tiles and writes its own partials, so the result is the same bit for bit.
-    const auto parts = static_cast<std::uint32_t>(pacer_.parts(kMaxParts));
+    const auto parts = streamed_ ? 1u : static_cast<std::uint32_t>(pacer_.parts(kMaxParts));
     const auto started = KeepGoingPacer::Clock::now();
     double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
     auto add_e_step_ms = [&e_step_ms](double ms) { e_step_ms = ms < 0 || e_step_ms < 0 ? -1.0 : e_step_ms + ms; };
@@ -199,24 +211,36 @@ class LloydEngine {
     cmds.fill(status_, 0, 16, 0u);
     cmds.barrier();
     cmds.timestamp(0);
-    for (std::uint32_t part = 0; part < parts; ++part) {
-      for (auto& c : chunks_) {
-        const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
-        const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
-        const lloyd_interface::Push push{.rows = std::uint32_t(c.rows),
-                                         .groups = c.groups,
-                                         .partial_base = c.partial_base,
-                                         .update = update ? 1u : 0u,
-                                         .group_base = first};
-        cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_}, push, last - first);
-      }
-      if (part + 1 < parts) {
-        cmds.timestamp(1);
-        cmds.submit_and_wait();
-        add_e_step_ms(cmds.elapsed_ms(0, 1));
-        pacer_.poll();
-        cmds.reset();
-        cmds.timestamp(0);
+    const std::uint64_t tile = plan_.tile();
+    auto push_for = [&](const Chunk& c, std::uint32_t group_base, std::uint64_t row0, std::uint64_t tile_begin,
+                        std::uint64_t tile_end) {
+      return lloyd_interface::Push{.rows = std::uint32_t(c.rows),
+                                   .groups = c.groups,
+                                   .partial_base = c.partial_base,
+                                   .update = update ? 1u : 0u,
+                                   .group_base = group_base,
+                                   .x_row0 = std::uint32_t(row0),
+                                   .tile_begin = std::uint32_t(tile_begin),
+                                   .tile_end = std::uint32_t(tile_end)};
+    };
+    if (streamed_) {
+      record_streamed_step(cmds, push_for);
+    } else {
+      for (std::uint32_t part = 0; part < parts; ++part) {
+        for (auto& c : chunks_) {
+          const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
+          const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
+          cmds.dispatch(*lloyd_, {c.x, c.w, c.labels, centres_, norms_, partials_, status_},
+                        push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
+        }
+        if (part + 1 < parts) {
+          cmds.timestamp(1);
+          cmds.submit_and_wait();
+          add_e_step_ms(cmds.elapsed_ms(0, 1));
+          pacer_.poll();
+          cmds.reset();
+          cmds.timestamp(0);
+        }
       }
     }
     cmds.barrier();
@@ -311,6 +335,39 @@ class LloydEngine {
     std::uint32_t groups = 0, partial_base = 0;
     vulkan::Buffer x, w, labels;
   };
+
+  /// A streamed E-step: every chunk in slices of whole sample tiles, copied from pinned memory into the two slice
+  /// buffers in turn; slice j is read while slice j + 1 is copied (no barrier between them), and every workgroup
+  /// runs in every slice, adding its tiles there to its partial sums (the same order as one dispatch). Cancellation
+  /// is polled between steps only.
+  template <class PushFor>
+  void record_streamed_step(vulkan::Commands& cmds, PushFor&& push_for) {
+    struct Slice {
+      const Chunk* chunk;
+      std::uint64_t row0, rows, tile_begin, tile_end;
+    };
+    const std::uint64_t s = sizeof(T), tile = plan_.tile(), tiles_per_slice = slice_rows_ / tile;
+    std::vector<Slice> slices;
+    for (const auto& c : chunks_)
+      for (std::uint64_t t0 = 0, tiles = ceil_div(c.rows, tile); t0 < tiles; t0 += tiles_per_slice) {
+        const std::uint64_t t1 = std::min(tiles, t0 + tiles_per_slice), r0 = t0 * tile;
+        slices.push_back({&c, r0, std::min(c.rows, t1 * tile) - r0, t0, t1});
+      }
+    auto copy_in = [&](const Slice& sl, std::size_t buffer) {
+      cmds.copy(sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
+      cmds.copy(sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
+    };
+    copy_in(slices.front(), 0);
+    cmds.barrier();
+    for (std::size_t j = 0; j < slices.size(); ++j) {
+      const Slice& sl = slices[j];
+      const Chunk& c = *sl.chunk;
+      cmds.dispatch(*lloyd_, {slice_x_[j % 2], slice_w_[j % 2], c.labels, centres_, norms_, partials_, status_},
+                    push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
+      if (j + 1 < slices.size()) copy_in(slices[j + 1], (j + 1) % 2);
+      cmds.barrier();
+    }
+  }
   vulkan::Device& dev_;
   std::uint64_t n_, d_;
   std::uint32_t k_;
@@ -321,6 +378,8 @@ class LloydEngine {
   vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   algorithms::StepTimes times_;
   bool streamed_ = false;
+  std::uint64_t slice_rows_ = 0;                   // streamed: sample rows per slice (whole tiles)
+  vulkan::Buffer slice_x_[2], slice_w_[2];         // streamed: the slices on the device, in turn
   KeepGoingPacer pacer_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;

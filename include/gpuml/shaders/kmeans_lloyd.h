@@ -34,8 +34,11 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint partial_base;  // partial row-block of the chunk's first workgroup
   uint update;        // 0: labels only (predict, the final E-step)
   uint group_base;    // the chunk's workgroup that this dispatch's first one is (a step submitted in parts)
+  uint x_row0;        // the chunk's row that the X and weight bindings start at (a streamed slice; else 0)
+  uint tile_begin;    // the chunk's sample tiles this dispatch covers: [tile_begin, tile_end); a slice with
+  uint tile_end;      // tile_begin > 0 adds to the partial sums the earlier slices wrote
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 5)
+GPUML_CHECK_PUSH(Push, 8)
 GPUML_SHADER_INTERFACE_END
 
 #endif
