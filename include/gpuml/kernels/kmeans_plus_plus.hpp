@@ -54,7 +54,7 @@ class PlusPlusEngine {
     chunk_rows_ = rows_per_block(n_, d_ * s, max_bytes, "X");
     if (chunk_rows_ < n_) chunk_rows_ = std::max(kBlock, chunk_rows_ / kBlock * kBlock);
     // Samples and weights that do not fit the device's memory (or its configured limit) stay in pinned host
-    // memory, read in place by every pass (see LloydEngine).
+    // memory, read in place by every pass (the Lloyd E-step copies slices instead: LloydEngine).
     const std::uint64_t budget = device_memory_budget(device.info());
     streamed_ = budget && n_ * (d_ + 2) * s > budget;
     const vulkan::MemoryUse samples = streamed_ ? vulkan::MemoryUse::host : vulkan::MemoryUse::device;
