@@ -279,6 +279,30 @@ TYPED_TEST(DistributedKMeans, NeighboursMatchOneProcessOnTheHost) {
   }
 }
 
+// Distributed k-NN on every backend (the device under test too) against one process on the same backend, on
+// integer data: every distance is an exact integer, so a device's float32 selection is exact and the lists are one
+// process's bit for bit (ties by the lower global index), with the database cut unevenly and an empty last part.
+TYPED_TEST(DistributedKMeans, NeighboursOfIntegerDataMatchOneProcessOnEveryBackend) {
+  using T = TypeParam;
+  const Matrix<T> db = integer_blobs<T>(1501, 7, 5, 34), q0 = integer_blobs<T>(67, 7, 5, 35);
+  const Matrix<T> q = rank() == 0 ? q0 : Matrix<T>(q0.topRows(3));
+  const auto [first, rows] = shard(db.rows(), true);
+  for (const auto& b : rank_backends()) {
+    for (const char* metric : {"euclidean", "sqeuclidean", "manhattan"}) {
+      for (int k : {1, 10, 600}) {
+        gpuml::NearestNeighbors<T> one({k, metric}, b.backend);
+        one.fit(db);
+        const auto expected = one.kneighbors(q0);
+        gpuml::mpi::NearestNeighbors<T> many({k, metric}, MPI_COMM_WORLD, b.backend);
+        many.fit(db.middleRows(first, rows));
+        const auto got = many.kneighbors(q);  // rank 0's queries
+        EXPECT_TRUE(got.indices == expected.indices) << b.name << " " << metric << " k=" << k;
+        EXPECT_TRUE(got.distances == expected.distances) << b.name << " " << metric << " k=" << k;
+      }
+    }
+  }
+}
+
 TEST(DistributedKMeansFaults, NeighboursRefuseMismatchedPartsOnEveryRank) {
   const Matrix<double> db = random_matrix<double>(30, rank() == ranks() - 1 && ranks() > 1 ? 5 : 4, 33);
   gpuml::mpi::NearestNeighbors<double> nn({3, "euclidean"}, MPI_COMM_WORLD, gpuml::Backend::host());
