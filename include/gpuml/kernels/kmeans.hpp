@@ -18,6 +18,7 @@
 #include <gpuml/shaders/kmeans_reduce_f64.hpp>
 
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -140,8 +141,9 @@ class LloydEngine {
       if (slice_rows_ == 0)
         throw unsupported("k-means on " + info.name + " cannot stream its samples through " +
                           std::to_string(budget >> 20) + " MiB of device memory (use the host backend)");
-      for (auto& b : slice_x_) b = device.buffer(slice_rows_ * d_ * s);
-      for (auto& b : slice_w_) b = device.buffer(slice_rows_ * s);
+      // Used by the transfer queue too, where the device has one (the copies run there, beside the E-step).
+      for (auto& b : slice_x_) b = device.buffer(slice_rows_ * d_ * s, vulkan::MemoryUse::device, true);
+      for (auto& b : slice_w_) b = device.buffer(slice_rows_ * s, vulkan::MemoryUse::device, true);
     }
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) {
       Chunk c;
@@ -150,8 +152,8 @@ class LloydEngine {
       c.groups = chunk_groups(c.rows);
       c.partial_base = parts_;
       parts_ += c.groups;
-      c.x = device.buffer(c.rows * d_ * s, samples);
-      c.w = device.buffer(c.rows * s, samples);
+      c.x = device.buffer(c.rows * d_ * s, samples, streamed_);
+      c.w = device.buffer(c.rows * s, samples, streamed_);
       c.labels = device.buffer(c.rows * 4);
       vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
       if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
@@ -206,11 +208,17 @@ class LloydEngine {
     const auto started = KeepGoingPacer::Clock::now();
     double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
     auto add_e_step_ms = [&e_step_ms](double ms) { e_step_ms = ms < 0 || e_step_ms < 0 ? -1.0 : e_step_ms + ms; };
-    cmds.copy(centres_staging_, 0, centres_, 0, kd * s);
-    cmds.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
-    cmds.fill(status_, 0, 16, 0u);
-    cmds.barrier();
-    cmds.timestamp(0);
+    auto record_start = [&](vulkan::Commands& into) {
+      into.copy(centres_staging_, 0, centres_, 0, kd * s);
+      into.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
+      into.fill(status_, 0, 16, 0u);
+      into.barrier();
+    };
+    const bool two_queues = streamed_ && dev_.transfer_queue() != VK_NULL_HANDLE;
+    if (!two_queues) {
+      record_start(cmds);
+      cmds.timestamp(0);
+    }
     const std::uint64_t tile = plan_.tile();
     auto push_for = [&](const Chunk& c, std::uint32_t group_base, std::uint64_t row0, std::uint64_t tile_begin,
                         std::uint64_t tile_end) {
@@ -223,7 +231,12 @@ class LloydEngine {
                                    .tile_begin = std::uint32_t(tile_begin),
                                    .tile_end = std::uint32_t(tile_end)};
     };
-    if (streamed_) {
+    if (two_queues) {
+      run_streamed_on_two_queues(record_start, push_for);
+      cmds.barrier();   // after every slice's E-step, submitted before this on the same queue
+      cmds.timestamp(0);
+      e_step_ms = -1;  // the slices ran in submissions of their own: no device time for the whole E-step
+    } else if (streamed_) {
       record_streamed_step(cmds, push_for);
     } else {
       for (std::uint32_t part = 0; part < parts; ++part) {
@@ -336,27 +349,75 @@ class LloydEngine {
     vulkan::Buffer x, w, labels;
   };
 
-  /// A streamed E-step: every chunk in slices of whole sample tiles, copied from pinned memory into the two slice
-  /// buffers in turn; slice j is read while slice j + 1 is copied (no barrier between them), and every workgroup
-  /// runs in every slice, adding its tiles there to its partial sums (the same order as one dispatch). Cancellation
-  /// is polled between steps only.
-  template <class PushFor>
-  void record_streamed_step(vulkan::Commands& cmds, PushFor&& push_for) {
-    struct Slice {
-      const Chunk* chunk;
-      std::uint64_t row0, rows, tile_begin, tile_end;
-    };
-    const std::uint64_t s = sizeof(T), tile = plan_.tile(), tiles_per_slice = slice_rows_ / tile;
+  /// The slices of a streamed E-step (every chunk's, in slices of whole sample tiles).
+  struct Slice {
+    const Chunk* chunk;
+    std::uint64_t row0, rows, tile_begin, tile_end;
+  };
+  std::vector<Slice> streamed_slices() const {
+    const std::uint64_t tile = plan_.tile(), tiles_per_slice = slice_rows_ / tile;
     std::vector<Slice> slices;
     for (const auto& c : chunks_)
       for (std::uint64_t t0 = 0, tiles = ceil_div(c.rows, tile); t0 < tiles; t0 += tiles_per_slice) {
         const std::uint64_t t1 = std::min(tiles, t0 + tiles_per_slice), r0 = t0 * tile;
         slices.push_back({&c, r0, std::min(c.rows, t1 * tile) - r0, t0, t1});
       }
-    auto copy_in = [&](const Slice& sl, std::size_t buffer) {
-      cmds.copy(sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
-      cmds.copy(sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
+    return slices;
+  }
+  void copy_slice(vulkan::Commands& cmds, const Slice& sl, std::size_t buffer) const {
+    const std::uint64_t s = sizeof(T);
+    cmds.copy(sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
+    cmds.copy(sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
+  }
+
+  /// A streamed E-step on a device with a transfer-only queue: slice j is copied there (into buffer j % 2) while
+  /// the compute queue runs slice j - 1's E-step; semaphores order each copy after the E-step that last read its
+  /// buffer (j - 2) and each E-step after its copy. Every slice is one submission on each queue, recorded into
+  /// command buffers kept for the next step; `record_start` (the centres' upload) goes first on the compute queue.
+  template <class RecordStart, class PushFor>
+  void run_streamed_on_two_queues(RecordStart&& record_start, PushFor&& push_for) {
+    const std::vector<Slice> slices = streamed_slices();
+    const std::size_t n = slices.size();
+    while (stream_compute_.size() < n) stream_compute_.push_back(std::make_unique<vulkan::Commands>(dev_));
+    while (stream_copies_.size() < n)
+      stream_copies_.push_back(std::make_unique<vulkan::Commands>(dev_, 0, vulkan::QueueKind::transfer));
+    while (copied_.size() < n) copied_.push_back(std::make_unique<vulkan::Semaphore>(dev_));
+    while (read_.size() < n) read_.push_back(std::make_unique<vulkan::Semaphore>(dev_));
+    for (std::size_t j = 0; j < n; ++j) {
+      stream_compute_[j]->reset();  // waits for the last step's use
+      stream_copies_[j]->reset();
+    }
+    record_start(*stream_compute_[0]);
+    for (std::size_t j = 0; j < n; ++j) {
+      const Slice& sl = slices[j];
+      const Chunk& c = *sl.chunk;
+      copy_slice(*stream_copies_[j], sl, j % 2);
+      vulkan::Commands& cmds = *stream_compute_[j];
+      cmds.dispatch(*lloyd_, {slice_x_[j % 2], slice_w_[j % 2], c.labels, centres_, norms_, partials_, status_},
+                    push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
+      cmds.barrier();  // the next slice's E-step adds to these partial sums
+    }
+    // In submission order, each wait after its signal: copies 0 and 1, then E-step j and copy j + 2.
+    auto submit_copy = [&](std::size_t j) {
+      if (j < 2) stream_copies_[j]->submit({}, {copied_[j].get()});
+      else stream_copies_[j]->submit({read_[j - 2].get()}, {copied_[j].get()});
     };
+    for (std::size_t j = 0; j < std::min<std::size_t>(2, n); ++j) submit_copy(j);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j + 2 < n) stream_compute_[j]->submit({copied_[j].get()}, {read_[j].get()});
+      else stream_compute_[j]->submit({copied_[j].get()}, {});
+      if (j + 2 < n) submit_copy(j + 2);
+    }
+  }
+
+  /// A streamed E-step: every chunk in slices of whole sample tiles, copied from pinned memory into the two slice
+  /// buffers in turn; slice j is read while slice j + 1 is copied (no barrier between them), and every workgroup
+  /// runs in every slice, adding its tiles there to its partial sums (the same order as one dispatch). Cancellation
+  /// is polled between steps only.
+  template <class PushFor>
+  void record_streamed_step(vulkan::Commands& cmds, PushFor&& push_for) {
+    const std::vector<Slice> slices = streamed_slices();
+    auto copy_in = [&](const Slice& sl, std::size_t buffer) { copy_slice(cmds, sl, buffer); };
     copy_in(slices.front(), 0);
     cmds.barrier();
     for (std::size_t j = 0; j < slices.size(); ++j) {
@@ -380,6 +441,10 @@ class LloydEngine {
   bool streamed_ = false;
   std::uint64_t slice_rows_ = 0;                   // streamed: sample rows per slice (whole tiles)
   vulkan::Buffer slice_x_[2], slice_w_[2];         // streamed: the slices on the device, in turn
+  // Streamed on two queues: per slice, the semaphores between its copy and its E-step, and their command buffers
+  // (declared after the semaphores: destroyed first, each waiting for its submission).
+  std::vector<std::unique_ptr<vulkan::Semaphore>> copied_, read_;
+  std::vector<std::unique_ptr<vulkan::Commands>> stream_compute_, stream_copies_;
   KeepGoingPacer pacer_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;

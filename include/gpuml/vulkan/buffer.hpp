@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace gpuml::vulkan {
 
@@ -30,15 +31,20 @@ inline std::uint32_t find_memory_type(const VkPhysicalDeviceMemoryProperties& me
 class Buffer {
  public:
   Buffer() = default;
+  /// `families`: the queue families that use the buffer, where more than one (shared concurrently); else empty.
   Buffer(VkDevice device, const VkPhysicalDeviceMemoryProperties& mem, VkDeviceSize bytes, MemoryUse use,
-         bool unified_memory)
+         bool unified_memory, const std::vector<std::uint32_t>& families = {})
       : size_(bytes) {
     auto& f = fn();
     if (bytes == 0) bytes = 4;  // Vulkan forbids empty buffers; keep size_ as asked
     VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bi.size = bytes;
     bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    bi.sharingMode = families.size() > 1 ? VK_SHARING_MODE_CONCURRENT : VK_SHARING_MODE_EXCLUSIVE;
+    if (families.size() > 1) {
+      bi.queueFamilyIndexCount = static_cast<std::uint32_t>(families.size());
+      bi.pQueueFamilyIndices = families.data();
+    }
     VkBuffer b = VK_NULL_HANDLE;
     check(f.vkCreateBuffer(device, &bi, nullptr, &b), "vkCreateBuffer");
     buffer_ = BufferHandle(device, b);

@@ -10,17 +10,40 @@
 
 namespace gpuml::vulkan {
 
+/// The device's queue a Commands records for: the compute queue, or the transfer-only queue (copies only; see
+/// Device::transfer_queue).
+enum class QueueKind { compute, transfer };
+
+/// A binary semaphore: one submission signals it, one later submission (on any queue of the device) waits on it.
+class Semaphore {
+ public:
+  explicit Semaphore(const Device& device) {
+    VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    VkSemaphore s = VK_NULL_HANDLE;
+    check(fn().vkCreateSemaphore(device.handle(), &si, nullptr, &s), "vkCreateSemaphore");
+    handle_ = SemaphoreHandle(device.handle(), s);
+  }
+  VkSemaphore get() const noexcept { return handle_.get(); }
+
+ private:
+  SemaphoreHandle handle_;
+};
+
 class Commands {
  public:
   /// `timestamp_slots` > 0 reserves that many timestamp queries (ignored where the queue has no timestamps).
-  explicit Commands(Device& device, std::uint32_t timestamp_slots = 0) : device_(device) {
+  explicit Commands(Device& device, std::uint32_t timestamp_slots = 0, QueueKind kind = QueueKind::compute)
+      : device_(device), kind_(kind) {
+    if (kind == QueueKind::transfer && !device.transfer_queue())
+      throw error("Commands: " + device.info().name + " has no transfer-only queue");
+    if (kind == QueueKind::transfer) timestamp_slots = 0;
     auto& f = fn();
     VkDevice d = device.handle();
     // A command pool of its own: Vulkan requires a pool and its buffers to be used by one thread at a time, and
     // threads record their own Commands concurrently on a shared device.
     VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT | VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
-    pi.queueFamilyIndex = device.queue_family();
+    pi.queueFamilyIndex = kind == QueueKind::transfer ? device.transfer_family() : device.queue_family();
     VkCommandPool pool = VK_NULL_HANDLE;
     check(f.vkCreateCommandPool(d, &pi, nullptr, &pool), "vkCreateCommandPool");
     pool_ = CommandPoolHandle(d, pool);
@@ -149,16 +172,28 @@ class Commands {
   }
 
   /// Submits what was recorded without waiting; wait() (or the destructor) blocks until the device is done.
-  void submit() {
+  /// `wait_for`: semaphores that other submissions signal, which this batch waits on before any of its work;
+  /// `signal`: semaphores this batch signals when it is done.
+  void submit(std::initializer_list<const Semaphore*> wait_for = {}, std::initializer_list<const Semaphore*> signal = {}) {
     auto& f = fn();
-    host_barrier();  // results are read through mapped memory after the fence
+    if (kind_ == QueueKind::compute) host_barrier();  // results are read through mapped memory after the fence
     check(f.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    std::vector<VkSemaphore> waits, signals;
+    for (const Semaphore* s : wait_for) waits.push_back(s->get());
+    for (const Semaphore* s : signal) signals.push_back(s->get());
+    const std::vector<VkPipelineStageFlags> stages(waits.size(), VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.waitSemaphoreCount = static_cast<std::uint32_t>(waits.size());
+    si.pWaitSemaphores = waits.data();
+    si.pWaitDstStageMask = stages.data();
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cmd_;
+    si.signalSemaphoreCount = static_cast<std::uint32_t>(signals.size());
+    si.pSignalSemaphores = signals.data();
     {
-      std::lock_guard lock(device_.mutex());
-      check(f.vkQueueSubmit(device_.queue(), 1, &si, fence_.get()), "vkQueueSubmit");
+      const bool transfer = kind_ == QueueKind::transfer;
+      std::lock_guard lock(transfer ? device_.transfer_mutex() : device_.mutex());
+      check(f.vkQueueSubmit(transfer ? device_.transfer_queue() : device_.queue(), 1, &si, fence_.get()), "vkQueueSubmit");
     }
     submitted_ = true;
   }
@@ -249,6 +284,7 @@ class Commands {
   }
 
   Device& device_;
+  QueueKind kind_ = QueueKind::compute;
   CommandPoolHandle pool_;  // destroyed after the command buffer is freed
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   FenceHandle fence_;

@@ -58,11 +58,21 @@ class Device {
     if (queue_family_ == UINT32_MAX) throw unsupported(info.name + " has no compute queue");
     timestamps_ = families[queue_family_].timestampValidBits > 0 && info.timestamp_period_ns > 0;
 
+    // A transfer-only family (the copy engines of a discrete GPU), where there is one: streamed k-means copies
+    // its next slice of samples there while the compute queue runs the E-step.
+    for (std::uint32_t i = 0; i < nq && transfer_family_ == UINT32_MAX; ++i)
+      if ((families[i].queueFlags & VK_QUEUE_TRANSFER_BIT) &&
+          !(families[i].queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) && families[i].queueCount > 0)
+        transfer_family_ = i;
+
     const float priority = 1.0f;
-    VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-    qi.queueFamilyIndex = queue_family_;
-    qi.queueCount = 1;
-    qi.pQueuePriorities = &priority;
+    VkDeviceQueueCreateInfo qi[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}, {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+    qi[0].queueFamilyIndex = queue_family_;
+    qi[0].queueCount = 1;
+    qi[0].pQueuePriorities = &priority;
+    qi[1].queueFamilyIndex = transfer_family_;
+    qi[1].queueCount = 1;
+    qi[1].pQueuePriorities = &priority;
 
     VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     features.features.shaderFloat64 = info.float64;
@@ -94,12 +104,13 @@ class Device {
     }
     VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     di.pNext = &features;
-    di.queueCreateInfoCount = 1;
-    di.pQueueCreateInfos = &qi;
+    di.queueCreateInfoCount = transfer_family_ == UINT32_MAX ? 1 : 2;
+    di.pQueueCreateInfos = qi;
     di.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
     di.ppEnabledExtensionNames = extensions.data();
     check(f.vkCreateDevice(info.handle, &di, nullptr, &device_), "vkCreateDevice");
     f.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+    if (transfer_family_ != UINT32_MAX) f.vkGetDeviceQueue(device_, transfer_family_, 0, &transfer_queue_);
     try {
       finish_setup();
     } catch (...) {
@@ -178,6 +189,11 @@ class Device {
   bool timestamps() const noexcept { return timestamps_; }
   /// Serialises use of the queue (a Device may be shared by threads; each Commands has its own command pool).
   std::mutex& mutex() const noexcept { return mutex_; }
+  /// A transfer-only queue beside the compute queue (null where the device has none, and on an application's
+  /// device), its family, and the mutex that serialises its use.
+  VkQueue transfer_queue() const noexcept { return transfer_queue_; }
+  std::uint32_t transfer_family() const noexcept { return transfer_family_; }
+  std::mutex& transfer_mutex() const noexcept { return transfer_mutex_; }
 
   /// Largest byte range one kernel binding may cover, and the largest single buffer.
   VkDeviceSize max_binding_bytes() const noexcept { return info_.max_storage_buffer_range; }
@@ -186,10 +202,13 @@ class Device {
                                      : info_.max_storage_buffer_range;
   }
 
-  Buffer buffer(VkDeviceSize bytes, MemoryUse use = MemoryUse::device) const {
+  /// `with_transfer_queue`: the buffer is also used on transfer_queue() (shared concurrently; where there is one).
+  Buffer buffer(VkDeviceSize bytes, MemoryUse use = MemoryUse::device, bool with_transfer_queue = false) const {
     if (info_.max_allocation_size && bytes > info_.max_allocation_size)
       throw unsupported("a buffer of " + std::to_string(bytes) + " bytes exceeds this device's maxMemoryAllocationSize (" +
                         std::to_string(info_.max_allocation_size) + ")");
+    if (with_transfer_queue && transfer_queue_)
+      return Buffer(device_, memory_, bytes, use, info_.unified_memory, {queue_family_, transfer_family_});
     return Buffer(device_, memory_, bytes, use, info_.unified_memory);
   }
 
@@ -300,6 +319,9 @@ class Device {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   std::uint32_t queue_family_ = 0;
+  VkQueue transfer_queue_ = VK_NULL_HANDLE;  // null: none
+  std::uint32_t transfer_family_ = UINT32_MAX;
+  mutable std::mutex transfer_mutex_;
   bool timestamps_ = false;
   VkPhysicalDeviceMemoryProperties memory_{};
   PipelineCacheHandle pipeline_cache_;

@@ -54,5 +54,6 @@ using DescriptorPoolHandle = DeviceHandle<VkDescriptorPool, &Functions::vkDestro
 using CommandPoolHandle = DeviceHandle<VkCommandPool, &Functions::vkDestroyCommandPool>;
 using QueryPoolHandle = DeviceHandle<VkQueryPool, &Functions::vkDestroyQueryPool>;
 using FenceHandle = DeviceHandle<VkFence, &Functions::vkDestroyFence>;
+using SemaphoreHandle = DeviceHandle<VkSemaphore, &Functions::vkDestroySemaphore>;
 
 }  // namespace gpuml::vulkan

@@ -91,6 +91,8 @@ namespace gpuml::vulkan {
   X(vkGetQueryPoolResults)               \
   X(vkCreateFence)                       \
   X(vkDestroyFence)                      \
+  X(vkCreateSemaphore)                   \
+  X(vkDestroySemaphore)                  \
   X(vkResetFences)                       \
   X(vkWaitForFences)
 
