@@ -303,6 +303,45 @@ TYPED_TEST(DistributedKMeans, NeighboursOfIntegerDataMatchOneProcessOnEveryBacke
   }
 }
 
+// Distributed KNeighborsClassifier and KNeighborsRegressor against one process on the same backend, on integer
+// data (exact distances, many of them tied: the lower global index first everywhere): the same predictions,
+// probabilities and (weighted) means bit for bit, with uniform and distance weights, and an empty last part.
+TYPED_TEST(DistributedKMeans, NeighbourClassifierAndRegressorMatchOneProcess) {
+  using T = TypeParam;
+  const Eigen::Index n = 901;
+  const Matrix<T> X = integer_blobs<T>(n, 5, 4, 51), q0 = integer_blobs<T>(43, 5, 4, 52);
+  const Matrix<T> q = rank() == 0 ? q0 : Matrix<T>(q0.topRows(2));
+  gpuml::Labels y(n);
+  Matrix<T> targets(n, 2);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    y[i] = static_cast<std::int32_t>((i * 7) % 5) * 3 - 4;
+    targets(i, 0) = T(i % 11) * T(0.5);
+    targets(i, 1) = -T(i % 7);
+  }
+  const auto [first, rows] = shard(n, true);
+  for (const auto& b : rank_backends()) {
+    for (const char* weights : {"uniform", "distance"}) {
+      for (int k : {1, 7}) {
+        gpuml::NeighborsParams p{k, "euclidean"};
+        p.weights = weights;
+        const std::string what = b.name + " " + weights + " k=" + std::to_string(k);
+        gpuml::KNeighborsClassifier<T> one(p, b.backend);
+        one.fit(X, y);
+        gpuml::mpi::KNeighborsClassifier<T> many(p, MPI_COMM_WORLD, b.backend);
+        many.fit(X.middleRows(first, rows), gpuml::Labels(y.segment(first, rows)));
+        EXPECT_TRUE(many.classes() == one.classes()) << what;
+        EXPECT_TRUE(many.predict(q) == one.predict(q0)) << what;
+        EXPECT_TRUE(many.predict_proba(q) == one.predict_proba(q0)) << what;
+        gpuml::KNeighborsRegressor<T> one_r(p, b.backend);
+        one_r.fit(X, targets);
+        gpuml::mpi::KNeighborsRegressor<T> many_r(p, MPI_COMM_WORLD, b.backend);
+        many_r.fit(X.middleRows(first, rows), Matrix<T>(targets.middleRows(first, rows)));
+        EXPECT_TRUE(many_r.predict(q) == one_r.predict(q0)) << what;
+      }
+    }
+  }
+}
+
 TEST(DistributedKMeansFaults, NeighboursRefuseMismatchedPartsOnEveryRank) {
   const Matrix<double> db = random_matrix<double>(30, rank() == ranks() - 1 && ranks() > 1 ? 5 : 4, 33);
   gpuml::mpi::NearestNeighbors<double> nn({3, "euclidean"}, MPI_COMM_WORLD, gpuml::Backend::host());

@@ -125,6 +125,74 @@ void neighbor_weights(Weights weights, const T* dist, int k, std::vector<double>
   }
 }
 
+/// Sorted distinct labels, and each label's index among them.
+inline std::pair<Labels, std::vector<std::int32_t>> encode_classes(const Labels& y) {
+  std::vector<std::int32_t> classes(y.data(), y.data() + y.size());
+  std::sort(classes.begin(), classes.end());
+  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  std::vector<std::int32_t> encoded(static_cast<std::size_t>(y.size()));
+  for (Eigen::Index i = 0; i < y.size(); ++i)
+    encoded[static_cast<std::size_t>(i)] =
+        static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), y[i]) - classes.begin());
+  return {Eigen::Map<const Labels>(classes.data(), static_cast<Eigen::Index>(classes.size())), std::move(encoded)};
+}
+
+/// Unnormalised (weighted) votes per class of each query's neighbours; class_of(i, c) is the class index of query
+/// i's neighbour c.
+template <class T, class ClassOf>
+Matrix<double> class_votes(const KnnResult<T>& r, Weights weights, Eigen::Index n_classes, ClassOf&& class_of) {
+  const int k = static_cast<int>(r.indices.cols());
+  Matrix<double> v = Matrix<double>::Zero(r.indices.rows(), n_classes);
+  std::vector<double> w;
+  for (Eigen::Index i = 0; i < r.indices.rows(); ++i) {
+    neighbor_weights<T>(weights, r.distances.row(i).data(), k, w);
+    for (int c = 0; c < k; ++c) v(i, class_of(i, c)) += w[static_cast<std::size_t>(c)];
+  }
+  return v;
+}
+
+/// predict_proba from votes: each row divided by its sum (a row without votes stays zero).
+inline Matrix<double> vote_shares(Matrix<double> v) {
+  for (Eigen::Index i = 0; i < v.rows(); ++i) {
+    double total = v.row(i).sum();
+    if (total == 0.0) total = 1.0;
+    v.row(i) /= total;
+  }
+  return v;
+}
+
+/// predict from votes: the class with the largest vote; ties go to the smallest class label.
+inline Labels vote_winners(const Matrix<double>& v, const Labels& classes) {
+  Labels out(v.rows());
+  for (Eigen::Index i = 0; i < v.rows(); ++i) {
+    Eigen::Index best = 0;
+    for (Eigen::Index c = 1; c < v.cols(); ++c)
+      if (v(i, c) > v(i, best)) best = c;
+    out[i] = classes[best];
+  }
+  return out;
+}
+
+/// The (weighted) mean of each query's neighbours' targets; target(i, c) is query i's neighbour c's target row.
+template <class T, class Target>
+Matrix<T> neighbor_mean(const KnnResult<T>& r, Weights weights, Eigen::Index outputs, Target&& target) {
+  const int k = static_cast<int>(r.indices.cols());
+  Matrix<T> out(r.indices.rows(), outputs);
+  std::vector<double> w;
+  Eigen::Matrix<double, 1, Eigen::Dynamic> acc(outputs);
+  for (Eigen::Index i = 0; i < r.indices.rows(); ++i) {
+    neighbor_weights<T>(weights, r.distances.row(i).data(), k, w);
+    acc.setZero();
+    double total = 0;
+    for (int c = 0; c < k; ++c) {
+      acc += w[static_cast<std::size_t>(c)] * target(i, c).template cast<double>();
+      total += w[static_cast<std::size_t>(c)];
+    }
+    out.row(i) = (acc / total).template cast<T>();
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// Unsupervised neighbour search (sklearn.neighbors.NearestNeighbors, algorithm="brute").
@@ -332,43 +400,20 @@ class KNeighborsClassifier {
     const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
     checks::data(X, "X");
     checks::same_length(X.rows(), y.size(), "y");
-    std::vector<std::int32_t> classes(y.data(), y.data() + y.size());
-    std::sort(classes.begin(), classes.end());
-    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-    std::vector<std::int32_t> encoded(static_cast<std::size_t>(y.size()));
-    for (Eigen::Index i = 0; i < y.size(); ++i)
-      encoded[i] = static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), y[i]) - classes.begin());
+    auto [classes, encoded] = detail::encode_classes(y);
     nn.fit(X);
     nn_ = std::move(nn);
     weights_ = weights;
-    classes_ = Eigen::Map<const Labels>(classes.data(), static_cast<Eigen::Index>(classes.size()));
+    classes_ = std::move(classes);
     encoded_ = std::move(encoded);
     return *this;
   }
 
   /// Normalised (weighted) votes, one column per class in classes() order.
-  Matrix<double> predict_proba(MatrixView<T> X) const {
-    Matrix<double> proba = votes(X);
-    for (Eigen::Index i = 0; i < proba.rows(); ++i) {
-      double total = proba.row(i).sum();
-      if (total == 0.0) total = 1.0;
-      proba.row(i) /= total;
-    }
-    return proba;
-  }
+  Matrix<double> predict_proba(MatrixView<T> X) const { return detail::vote_shares(votes(X)); }
 
   /// The class with the largest (weighted) vote; ties go to the smallest class label.
-  Labels predict(MatrixView<T> X) const {
-    const Matrix<double> v = votes(X);
-    Labels out(v.rows());
-    for (Eigen::Index i = 0; i < v.rows(); ++i) {
-      Eigen::Index best = 0;
-      for (Eigen::Index c = 1; c < v.cols(); ++c)
-        if (v(i, c) > v(i, best)) best = c;
-      out[i] = classes_[best];
-    }
-    return out;
-  }
+  Labels predict(MatrixView<T> X) const { return detail::vote_winners(votes(X), classes_); }
 
   const Labels& classes() const {
     require_fitted();
@@ -386,14 +431,9 @@ class KNeighborsClassifier {
   Matrix<double> votes(MatrixView<T> X) const {
     require_fitted();
     const KnnResult<T> r = nn_.kneighbors(X, params_.n_neighbors);
-    const int k = static_cast<int>(r.indices.cols());
-    Matrix<double> v = Matrix<double>::Zero(X.rows(), classes_.size());
-    std::vector<double> w;
-    for (Eigen::Index i = 0; i < X.rows(); ++i) {
-      detail::neighbor_weights<T>(weights_, r.distances.row(i).data(), k, w);
-      for (int c = 0; c < k; ++c) v(i, encoded_[static_cast<std::size_t>(r.indices(i, c))]) += w[c];
-    }
-    return v;
+    return detail::class_votes<T>(r, weights_, classes_.size(), [&](Eigen::Index i, int c) {
+      return encoded_[static_cast<std::size_t>(r.indices(i, c))];
+    });
   }
 
   NeighborsParams params_;
@@ -434,21 +474,7 @@ class KNeighborsRegressor {
   Matrix<T> predict(MatrixView<T> X) const {
     require_fitted();
     const KnnResult<T> r = nn_.kneighbors(X, params_.n_neighbors);
-    const int k = static_cast<int>(r.indices.cols());
-    Matrix<T> out(X.rows(), y_.cols());
-    std::vector<double> w;
-    Eigen::Matrix<double, 1, Eigen::Dynamic> acc(y_.cols());
-    for (Eigen::Index i = 0; i < X.rows(); ++i) {
-      detail::neighbor_weights<T>(weights_, r.distances.row(i).data(), k, w);
-      acc.setZero();
-      double total = 0;
-      for (int c = 0; c < k; ++c) {
-        acc += w[c] * y_.row(r.indices(i, c)).template cast<double>();
-        total += w[c];
-      }
-      out.row(i) = (acc / total).template cast<T>();
-    }
-    return out;
+    return detail::neighbor_mean<T>(r, weights_, y_.cols(), [&](Eigen::Index i, int c) { return y_.row(r.indices(i, c)); });
   }
 
   const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }

@@ -7,7 +7,8 @@
 // What a distributed search returns against one process: each rank's engine selects by its kernel's values and
 // then recomputes the selected values exactly, so the merged list can differ from one process's at the k-th place,
 // by a neighbour nearer within float rounding (as with several devices, see NearestNeighbors); on the host engine,
-// whose selection values are the exact ones, the lists are the same.
+// whose selection values are the exact ones, the lists are the same. KNeighborsClassifier and KNeighborsRegressor
+// vote and average over those lists as the one-process estimators do.
 #pragma once
 
 #include <gpuml/gpuml.hpp>
@@ -129,6 +130,152 @@ class NearestNeighbors {
   Communicator comm_;
   gpuml::NearestNeighbors<T> local_;
   std::int64_t first_ = 0, n_ = 0, d_ = 0;
+  bool fitted_ = false;
+};
+
+/// KNeighborsClassifier over the ranks of a communicator: each rank holds one part of the training rows and their
+/// labels; predictions for rank 0's queries come back on every rank. The neighbours are NearestNeighbors' merged
+/// lists; their labels are sent by the ranks that hold them; the vote is the one-process classifier's.
+template <class T>
+class KNeighborsClassifier {
+ public:
+  explicit KNeighborsClassifier(NeighborsParams params = {}, MPI_Comm comm = MPI_COMM_WORLD,
+                                Backend backend = default_backend())
+      : params_(std::move(params)), nn_(params_, comm, std::move(backend)) {}
+
+  /// Collective: every rank passes its rows and their labels (any int32 values).
+  KNeighborsClassifier& fit(MatrixView<T> X_local, const Labels& y_local) {
+    const Communicator& comm = nn_.communicator();
+    comm.guarded([&] {
+      weights_ = gpuml::detail::parse_weights(params_.weights, parse_metric(params_.metric));
+      checks::same_length(X_local.rows(), y_local.size(), "y");
+    });
+    nn_.fit(X_local);
+    // classes(): the sorted union of every rank's labels.
+    auto [mine, encoded] = gpuml::detail::encode_classes(y_local);
+    const auto counts = comm.gather(mine.size());
+    std::vector<int> sizes, offsets;
+    int total = 0;
+    for (auto c : counts) {
+      sizes.push_back(static_cast<int>(c));
+      offsets.push_back(total);
+      total += static_cast<int>(c);
+    }
+    Labels all(total);
+    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_INT32_T, all.data(), sizes.data(), offsets.data(),
+                   MPI_INT32_T, comm.get());
+    auto [classes, unused] = gpuml::detail::encode_classes(all);
+    classes_ = std::move(classes);
+    // This rank's labels as indices into classes().
+    local_classes_.resize(static_cast<std::size_t>(y_local.size()));
+    for (Eigen::Index i = 0; i < y_local.size(); ++i)
+      local_classes_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+          std::lower_bound(classes_.data(), classes_.data() + classes_.size(), y_local[i]) - classes_.data());
+    fitted_ = true;
+    return *this;
+  }
+
+  /// Collective: normalised (weighted) votes for rank 0's queries, one column per class, on every rank.
+  Matrix<double> predict_proba(MatrixView<T> queries_rank0) const {
+    return gpuml::detail::vote_shares(votes(queries_rank0));
+  }
+  /// Collective: the class with the largest vote for each of rank 0's queries (ties: the smallest label).
+  Labels predict(MatrixView<T> queries_rank0) const { return gpuml::detail::vote_winners(votes(queries_rank0), classes_); }
+
+  const Labels& classes() const {
+    require_fitted();
+    return classes_;
+  }
+  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+
+ private:
+  void require_fitted() const {
+    if (!fitted_) throw not_fitted("This KNeighborsClassifier instance is not fitted yet; call fit() first");
+  }
+
+  Matrix<double> votes(MatrixView<T> queries_rank0) const {
+    require_fitted();
+    const KnnResult<T> r = nn_.kneighbors(queries_rank0, params_.n_neighbors);
+    // Each neighbour's class from the rank holding it (the others give -1), the largest over ranks.
+    const std::int64_t first = nn_.first_row(), rows = static_cast<std::int64_t>(local_classes_.size());
+    std::vector<std::int32_t> cls(static_cast<std::size_t>(r.indices.size()), -1);
+    for (Eigen::Index i = 0; i < r.indices.rows(); ++i)
+      for (Eigen::Index c = 0; c < r.indices.cols(); ++c)
+        if (const std::int64_t g = r.indices(i, c); g >= first && g < first + rows)
+          cls[static_cast<std::size_t>(i * r.indices.cols() + c)] = local_classes_[static_cast<std::size_t>(g - first)];
+    MPI_Allreduce(MPI_IN_PLACE, cls.data(), static_cast<int>(cls.size()), MPI_INT32_T, MPI_MAX, nn_.communicator().get());
+    return gpuml::detail::class_votes<T>(r, weights_, classes_.size(), [&](Eigen::Index i, int c) {
+      return cls[static_cast<std::size_t>(i * r.indices.cols() + c)];
+    });
+  }
+
+  NeighborsParams params_;
+  NearestNeighbors<T> nn_;
+  gpuml::detail::Weights weights_ = gpuml::detail::Weights::uniform;
+  Labels classes_;
+  std::vector<std::int32_t> local_classes_;
+  bool fitted_ = false;
+};
+
+/// KNeighborsRegressor over the ranks of a communicator: each rank holds one part of the training rows and their
+/// targets (one or several outputs, the same count on every rank); predictions for rank 0's queries come back on
+/// every rank, the one-process regressor's (weighted) mean of the neighbours' targets, sent by the ranks that hold
+/// them.
+template <class T>
+class KNeighborsRegressor {
+ public:
+  explicit KNeighborsRegressor(NeighborsParams params = {}, MPI_Comm comm = MPI_COMM_WORLD,
+                               Backend backend = default_backend())
+      : params_(std::move(params)), nn_(params_, comm, std::move(backend)) {}
+
+  /// Collective: every rank passes its rows and their targets (rows x outputs).
+  KNeighborsRegressor& fit(MatrixView<T> X_local, const Matrix<T>& y_local) {
+    const Communicator& comm = nn_.communicator();
+    const auto outputs = comm.gather(y_local.cols());
+    comm.guarded([&] {
+      weights_ = gpuml::detail::parse_weights(params_.weights, parse_metric(params_.metric));
+      checks::same_length(X_local.rows(), y_local.rows(), "y");
+      if (y_local.rows() > 0) checks::data(y_local, "y");
+      for (auto o : outputs)
+        if (o != outputs[0])
+          throw invalid_input("the ranks' targets disagree on the number of outputs (" + std::to_string(outputs[0]) +
+                              " against " + std::to_string(o) + ")");
+    });
+    nn_.fit(X_local);
+    y_ = y_local;
+    outputs_ = outputs[0];
+    fitted_ = true;
+    return *this;
+  }
+
+  /// Collective: rank 0's queries x outputs, on every rank.
+  Matrix<T> predict(MatrixView<T> queries_rank0) const {
+    if (!fitted_) throw not_fitted("This KNeighborsRegressor instance is not fitted yet; call fit() first");
+    const KnnResult<T> r = nn_.kneighbors(queries_rank0, params_.n_neighbors);
+    // Each neighbour's target row from the rank holding it (the others add zeros).
+    const std::int64_t first = nn_.first_row(), rows = y_.rows(), k = r.indices.cols(), o = outputs_;
+    std::vector<double> targets(static_cast<std::size_t>(r.indices.size() * o), 0.0);
+    for (Eigen::Index i = 0; i < r.indices.rows(); ++i)
+      for (Eigen::Index c = 0; c < k; ++c)
+        if (const std::int64_t g = r.indices(i, c); g >= first && g < first + rows)
+          for (std::int64_t f = 0; f < o; ++f)
+            targets[static_cast<std::size_t>((i * k + c) * o + f)] = static_cast<double>(y_(g - first, f));
+    MPI_Allreduce(MPI_IN_PLACE, targets.data(), static_cast<int>(targets.size()), MPI_DOUBLE, MPI_SUM,
+                  nn_.communicator().get());
+    return gpuml::detail::neighbor_mean<T>(r, weights_, o, [&](Eigen::Index i, int c) {
+      return Eigen::Map<const Eigen::Matrix<double, 1, Eigen::Dynamic>>(
+                 targets.data() + (i * k + c) * o, o).template cast<T>();
+    });
+  }
+
+  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+
+ private:
+  NeighborsParams params_;
+  NearestNeighbors<T> nn_;
+  gpuml::detail::Weights weights_ = gpuml::detail::Weights::uniform;
+  Matrix<T> y_;
+  std::int64_t outputs_ = 1;
   bool fitted_ = false;
 };
 
