@@ -504,6 +504,15 @@ class KMeans {
   const Labels& labels() const { return require_fitted(), labels_; }
   double inertia() const { return require_fitted(), inertia_; }
   int n_iter() const { return require_fitted(), n_iter_; }
+  /// The nearest centre of each of this rank's rows, as gpuml::KMeans::predict with these centres. Not collective:
+  /// every rank holds the centres, so each rank predicts its own rows on its own backend (no rows: no labels).
+  Labels predict(MatrixView<T> X_local) const {
+    require_fitted();
+    if (X_local.rows() == 0 && X_local.cols() == centers_.cols()) return Labels();
+    gpuml::KMeans<T> local(params_, backend_);
+    local.set_cluster_centers(centers_);
+    return local.predict(X_local);
+  }
   /// Wall time of the kept run's Lloyd iterations (E-steps, the collectives, M-steps), without seeding and set-up.
   double iteration_seconds() const { return require_fitted(), iteration_seconds_; }
   const Communicator& communicator() const noexcept { return comm_; }
