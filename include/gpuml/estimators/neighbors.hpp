@@ -125,16 +125,21 @@ void neighbor_weights(Weights weights, const T* dist, int k, std::vector<double>
   }
 }
 
-/// Sorted distinct labels, and each label's index among them.
-inline std::pair<Labels, std::vector<std::int32_t>> encode_classes(const Labels& y) {
+/// The sorted distinct values of y (a classifier's classes()).
+inline Labels distinct_labels(const Labels& y) {
   std::vector<std::int32_t> classes(y.data(), y.data() + y.size());
   std::sort(classes.begin(), classes.end());
   classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  return Eigen::Map<const Labels>(classes.data(), static_cast<Eigen::Index>(classes.size()));
+}
+
+/// Each label's index in `classes` (sorted, holding every label).
+inline std::vector<std::int32_t> class_indices(const Labels& y, const Labels& classes) {
   std::vector<std::int32_t> encoded(static_cast<std::size_t>(y.size()));
   for (Eigen::Index i = 0; i < y.size(); ++i)
-    encoded[static_cast<std::size_t>(i)] =
-        static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), y[i]) - classes.begin());
-  return {Eigen::Map<const Labels>(classes.data(), static_cast<Eigen::Index>(classes.size())), std::move(encoded)};
+    encoded[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+        std::lower_bound(classes.data(), classes.data() + classes.size(), y[i]) - classes.data());
+  return encoded;
 }
 
 /// Unnormalised (weighted) votes per class of each query's neighbours; class_of(i, c) is the class index of query
@@ -400,7 +405,8 @@ class KNeighborsClassifier {
     const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
     checks::data(X, "X");
     checks::same_length(X.rows(), y.size(), "y");
-    auto [classes, encoded] = detail::encode_classes(y);
+    Labels classes = detail::distinct_labels(y);
+    std::vector<std::int32_t> encoded = detail::class_indices(y, classes);
     nn.fit(X);
     nn_ = std::move(nn);
     weights_ = weights;

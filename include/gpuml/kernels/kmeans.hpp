@@ -369,6 +369,13 @@ class LloydEngine {
     cmds.copy(sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
     cmds.copy(sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
   }
+  /// The E-step of one slice, read from slice buffer `buffer`.
+  template <class PushFor>
+  void dispatch_slice(vulkan::Commands& cmds, const Slice& sl, std::size_t buffer, PushFor&& push_for) {
+    const Chunk& c = *sl.chunk;
+    cmds.dispatch(*lloyd_, {slice_x_[buffer], slice_w_[buffer], c.labels, centres_, norms_, partials_, status_},
+                  push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
+  }
 
   /// A streamed E-step on a device with a transfer-only queue: slice j is copied there (into buffer j % 2) while
   /// the compute queue runs slice j - 1's E-step; semaphores order each copy after the E-step that last read its
@@ -389,13 +396,9 @@ class LloydEngine {
     }
     record_start(*stream_compute_[0]);
     for (std::size_t j = 0; j < n; ++j) {
-      const Slice& sl = slices[j];
-      const Chunk& c = *sl.chunk;
-      copy_slice(*stream_copies_[j], sl, j % 2);
-      vulkan::Commands& cmds = *stream_compute_[j];
-      cmds.dispatch(*lloyd_, {slice_x_[j % 2], slice_w_[j % 2], c.labels, centres_, norms_, partials_, status_},
-                    push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
-      cmds.barrier();  // the next slice's E-step adds to these partial sums
+      copy_slice(*stream_copies_[j], slices[j], j % 2);
+      dispatch_slice(*stream_compute_[j], slices[j], j % 2, push_for);
+      stream_compute_[j]->barrier();  // the next slice's E-step adds to these partial sums
     }
     // In submission order, each wait after its signal: copies 0 and 1, then E-step j and copy j + 2.
     auto submit_copy = [&](std::size_t j) {
@@ -417,15 +420,11 @@ class LloydEngine {
   template <class PushFor>
   void record_streamed_step(vulkan::Commands& cmds, PushFor&& push_for) {
     const std::vector<Slice> slices = streamed_slices();
-    auto copy_in = [&](const Slice& sl, std::size_t buffer) { copy_slice(cmds, sl, buffer); };
-    copy_in(slices.front(), 0);
+    copy_slice(cmds, slices.front(), 0);
     cmds.barrier();
     for (std::size_t j = 0; j < slices.size(); ++j) {
-      const Slice& sl = slices[j];
-      const Chunk& c = *sl.chunk;
-      cmds.dispatch(*lloyd_, {slice_x_[j % 2], slice_w_[j % 2], c.labels, centres_, norms_, partials_, status_},
-                    push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
-      if (j + 1 < slices.size()) copy_in(slices[j + 1], (j + 1) % 2);
+      dispatch_slice(cmds, slices[j], j % 2, push_for);
+      if (j + 1 < slices.size()) copy_slice(cmds, slices[j + 1], (j + 1) % 2);
       cmds.barrier();
     }
   }

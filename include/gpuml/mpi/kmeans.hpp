@@ -26,10 +26,23 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace gpuml::mpi {
+
+/// The MPI datatype of a scalar the distributed estimators send.
+template <class V>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<V, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<V, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<V, std::int32_t>) return MPI_INT32_T;
+  else {
+    static_assert(std::is_same_v<V, std::int64_t>, "float, double, int32 or int64");
+    return MPI_INT64_T;
+  }
+}
 
 /// One MPI communicator: rank, size, and the collectives the distributed estimators use, each with a status word.
 class Communicator {
@@ -81,6 +94,22 @@ class Communicator {
     std::int64_t total = 0;
     MPI_Allreduce(&v, &total, 1, MPI_INT64_T, MPI_SUM, comm_);
     return total;
+  }
+  /// Every rank's values (any count, none included), concatenated in rank order, on every rank.
+  template <class V>
+  std::vector<V> concatenate(const std::vector<V>& mine) const {
+    const auto counts64 = gather(static_cast<std::int64_t>(mine.size()));
+    std::vector<int> counts, offsets;
+    int total = 0;
+    for (auto c : counts64) {
+      counts.push_back(static_cast<int>(c));
+      offsets.push_back(total);
+      total += static_cast<int>(c);
+    }
+    std::vector<V> all(static_cast<std::size_t>(total));
+    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), mpi_type<V>(), all.data(), counts.data(), offsets.data(),
+                   mpi_type<V>(), comm_);
+    return all;
   }
   /// Each rank's value, in rank order.
   std::vector<std::int64_t> gather(std::int64_t v) const {
@@ -209,14 +238,13 @@ class DistributedLloyd {
 /// one rank, which reads its masses and rows for every other rank.
 class RankBlocks {
  public:
-  RankBlocks(const Communicator& comm, const std::vector<std::int64_t>& rows_per_rank) : comm_(comm) {
+  explicit RankBlocks(const std::vector<std::int64_t>& rows_per_rank) {
     const auto B = algorithms::kPlusPlusBlock;
     std::int64_t block = 0, row = 0;
     for (const std::int64_t rows : rows_per_rank) {
       first_block_.push_back(block);
       first_row_.push_back(row);
-      counts_.push_back(static_cast<int>((rows + B - 1) / B));
-      block += counts_.back();
+      block += (rows + B - 1) / B;
       row += rows;
     }
     first_block_.push_back(block);
@@ -246,20 +274,8 @@ class RankBlocks {
   }
   std::int64_t first_row(int r) const { return first_row_[static_cast<std::size_t>(r)]; }
 
-  /// Every rank's block sums, in rank order (collective).
-  std::vector<double> gather(const std::vector<double>& mine) const {
-    std::vector<int> displacements(counts_.size());
-    for (std::size_t r = 0; r < counts_.size(); ++r) displacements[r] = static_cast<int>(first_block_[r]);
-    std::vector<double> all(static_cast<std::size_t>(blocks()));
-    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts_.data(),
-                   displacements.data(), MPI_DOUBLE, comm_.get());
-    return all;
-  }
-
  private:
-  const Communicator& comm_;
   std::vector<std::int64_t> first_block_, first_row_;
-  std::vector<int> counts_;
 };
 
 /// A rank's sampling masses (blocks of its own rows: algorithms::WeightMasses or a k-means++ engine) seen as the
@@ -276,7 +292,7 @@ class SpreadMasses {
   void refresh() {
     std::vector<double> mine;
     comm_.guarded([&] { mine = local_.block_sums(); });
-    sums_ = blocks_.gather(mine);
+    sums_ = comm_.concatenate(mine);  // every rank's block sums, in rank order
   }
 
   std::int64_t block_rows() const { return algorithms::kPlusPlusBlock; }
@@ -341,11 +357,10 @@ template <class T>
 Matrix<T> gather_rows(const Communicator& comm, const RankBlocks& blocks, MatrixView<T> X,
                       const std::vector<std::int64_t>& ids) {
   Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
-  const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
   for (std::size_t t = 0; t < ids.size(); ++t) {
     const int owner = blocks.owner_of_row(ids[t]);
     if (owner == comm.rank()) out.row(static_cast<Eigen::Index>(t)) = X.row(ids[t] - blocks.first_row(owner));
-    MPI_Bcast(out.row(static_cast<Eigen::Index>(t)).data(), static_cast<int>(X.cols()), type, owner, comm.get());
+    MPI_Bcast(out.row(static_cast<Eigen::Index>(t)).data(), static_cast<int>(X.cols()), mpi_type<T>(), owner, comm.get());
   }
   return out;
 }
@@ -476,7 +491,7 @@ class KMeans {
         return stop[0] == 0;
       };
     const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
-    const detail::RankBlocks blocks(comm_, first_rows);
+    const detail::RankBlocks blocks(first_rows);
     std::mt19937_64 rng(p.random_state);
     std::optional<algorithms::LloydResult<T>> best;
     for (int attempt = 0; attempt < n_init; ++attempt) {

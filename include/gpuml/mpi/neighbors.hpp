@@ -73,8 +73,7 @@ class NearestNeighbors {
                                 : std::string());
     Matrix<T> queries(shape[0], shape[1]);
     if (comm_.rank() == 0) queries = queries_rank0;
-    MPI_Bcast(queries.data(), static_cast<int>(queries.size()), std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE, 0,
-              comm_.get());
+    MPI_Bcast(queries.data(), static_cast<int>(queries.size()), mpi_type<T>(), 0, comm_.get());
     const std::int64_t m = shape[0];
 
     // This rank's k best (fewer where its part is smaller), as (value, global index) pairs padded to k.
@@ -133,6 +132,27 @@ class NearestNeighbors {
   bool fitted_ = false;
 };
 
+namespace detail {
+
+/// For each neighbour in `indices` (global rows), `width` values of its row, written by fill(local_row, out) on the
+/// rank that holds it (its `rows` rows from nn.first_row()); every other rank contributes zeros, so the sum over
+/// ranks is those values exactly. Collective; every rank gets them all (queries x neighbours x width).
+template <class V, class T, class Fill>
+std::vector<V> neighbour_rows(const NearestNeighbors<T>& nn, const IndexMatrix& indices, std::int64_t rows,
+                              std::int64_t width, Fill&& fill) {
+  const std::int64_t first = nn.first_row(), k = indices.cols();
+  std::vector<V> values(static_cast<std::size_t>(indices.size() * width), V(0));
+  for (Eigen::Index i = 0; i < indices.rows(); ++i)
+    for (Eigen::Index c = 0; c < k; ++c)
+      if (const std::int64_t g = indices(i, c); g >= first && g < first + rows)
+        fill(g - first, values.data() + (i * k + c) * width);
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), mpi_type<V>(), MPI_SUM,
+                nn.communicator().get());
+  return values;
+}
+
+}  // namespace detail
+
 /// KNeighborsClassifier over the ranks of a communicator: each rank holds one part of the training rows and their
 /// labels; predictions for rank 0's queries come back on every rank. The neighbours are NearestNeighbors' merged
 /// lists; their labels are sent by the ranks that hold them; the vote is the one-process classifier's.
@@ -151,26 +171,11 @@ class KNeighborsClassifier {
       checks::same_length(X_local.rows(), y_local.size(), "y");
     });
     nn_.fit(X_local);
-    // classes(): the sorted union of every rank's labels.
-    auto [mine, encoded] = gpuml::detail::encode_classes(y_local);
-    const auto counts = comm.gather(mine.size());
-    std::vector<int> sizes, offsets;
-    int total = 0;
-    for (auto c : counts) {
-      sizes.push_back(static_cast<int>(c));
-      offsets.push_back(total);
-      total += static_cast<int>(c);
-    }
-    Labels all(total);
-    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_INT32_T, all.data(), sizes.data(), offsets.data(),
-                   MPI_INT32_T, comm.get());
-    auto [classes, unused] = gpuml::detail::encode_classes(all);
-    classes_ = std::move(classes);
-    // This rank's labels as indices into classes().
-    local_classes_.resize(static_cast<std::size_t>(y_local.size()));
-    for (Eigen::Index i = 0; i < y_local.size(); ++i)
-      local_classes_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
-          std::lower_bound(classes_.data(), classes_.data() + classes_.size(), y_local[i]) - classes_.data());
+    // classes(): the sorted union of every rank's distinct labels; this rank's labels as indices into it.
+    const Labels mine = gpuml::detail::distinct_labels(y_local);
+    const std::vector<std::int32_t> all = comm.concatenate(std::vector<std::int32_t>(mine.data(), mine.data() + mine.size()));
+    classes_ = gpuml::detail::distinct_labels(Eigen::Map<const Labels>(all.data(), static_cast<Eigen::Index>(all.size())));
+    local_classes_ = gpuml::detail::class_indices(y_local, classes_);
     fitted_ = true;
     return *this;
   }
@@ -196,14 +201,9 @@ class KNeighborsClassifier {
   Matrix<double> votes(MatrixView<T> queries_rank0) const {
     require_fitted();
     const KnnResult<T> r = nn_.kneighbors(queries_rank0, params_.n_neighbors);
-    // Each neighbour's class from the rank holding it (the others give -1), the largest over ranks.
-    const std::int64_t first = nn_.first_row(), rows = static_cast<std::int64_t>(local_classes_.size());
-    std::vector<std::int32_t> cls(static_cast<std::size_t>(r.indices.size()), -1);
-    for (Eigen::Index i = 0; i < r.indices.rows(); ++i)
-      for (Eigen::Index c = 0; c < r.indices.cols(); ++c)
-        if (const std::int64_t g = r.indices(i, c); g >= first && g < first + rows)
-          cls[static_cast<std::size_t>(i * r.indices.cols() + c)] = local_classes_[static_cast<std::size_t>(g - first)];
-    MPI_Allreduce(MPI_IN_PLACE, cls.data(), static_cast<int>(cls.size()), MPI_INT32_T, MPI_MAX, nn_.communicator().get());
+    const std::vector<std::int32_t> cls = detail::neighbour_rows<std::int32_t>(
+        nn_, r.indices, static_cast<std::int64_t>(local_classes_.size()), 1,
+        [&](std::int64_t row, std::int32_t* out) { *out = local_classes_[static_cast<std::size_t>(row)]; });
     return gpuml::detail::class_votes<T>(r, weights_, classes_.size(), [&](Eigen::Index i, int c) {
       return cls[static_cast<std::size_t>(i * r.indices.cols() + c)];
     });
@@ -252,19 +252,12 @@ class KNeighborsRegressor {
   Matrix<T> predict(MatrixView<T> queries_rank0) const {
     if (!fitted_) throw not_fitted("This KNeighborsRegressor instance is not fitted yet; call fit() first");
     const KnnResult<T> r = nn_.kneighbors(queries_rank0, params_.n_neighbors);
-    // Each neighbour's target row from the rank holding it (the others add zeros).
-    const std::int64_t first = nn_.first_row(), rows = y_.rows(), k = r.indices.cols(), o = outputs_;
-    std::vector<double> targets(static_cast<std::size_t>(r.indices.size() * o), 0.0);
-    for (Eigen::Index i = 0; i < r.indices.rows(); ++i)
-      for (Eigen::Index c = 0; c < k; ++c)
-        if (const std::int64_t g = r.indices(i, c); g >= first && g < first + rows)
-          for (std::int64_t f = 0; f < o; ++f)
-            targets[static_cast<std::size_t>((i * k + c) * o + f)] = static_cast<double>(y_(g - first, f));
-    MPI_Allreduce(MPI_IN_PLACE, targets.data(), static_cast<int>(targets.size()), MPI_DOUBLE, MPI_SUM,
-                  nn_.communicator().get());
+    const std::int64_t k = r.indices.cols(), o = outputs_;
+    const std::vector<T> targets = detail::neighbour_rows<T>(nn_, r.indices, y_.rows(), o, [&](std::int64_t row, T* out) {
+      for (std::int64_t f = 0; f < o; ++f) out[f] = y_(row, f);
+    });
     return gpuml::detail::neighbor_mean<T>(r, weights_, o, [&](Eigen::Index i, int c) {
-      return Eigen::Map<const Eigen::Matrix<double, 1, Eigen::Dynamic>>(
-                 targets.data() + (i * k + c) * o, o).template cast<T>();
+      return Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(targets.data() + (i * k + c) * o, o);
     });
   }
 
