@@ -14,6 +14,7 @@ that is not present) is skipped with a note.
     python3 bench/kmeans_bench.py --n 200000 --backends host,cpu --peers sklearn
     python3 bench/kmeans_bench.py --backends gpu,host --peers sklearn,sklearnex,torch   # GPU machine
     python3 bench/kmeans_bench.py --backends gpu --peers torch,flash-fp16,flash-tf32,flash-ieee  # with flash-kmeans
+    python3 bench/kmeans_bench.py --backends gpu --e-steps plain,bounded --peers none   # gpuml's two E-steps
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def main() -> int:
                     help="peers, comma-separated: sklearn, sklearnex, torch, flash-fp16, flash-tf32, flash-ieee (flash-kmeans), "
                          "gpuml-python (the Python package on the first of --backends), or none (default sklearn, sklearnex, torch; torch is skipped "
                          "without torch or CUDA)")
+    ap.add_argument("--e-steps", default="auto",
+                    help="gpuml's E-steps to run on each backend, comma-separated: auto, plain, bounded (default auto); "
+                         "the rows' labels and centres are compared bit for bit")
     ap.add_argument("--torch-device", default="cuda")
     add_run_arguments(ap, "gpuml-kmeans", "fits")
     args = ap.parse_args()
@@ -81,22 +85,31 @@ def main() -> int:
     rows: list[dict] = []
     notes: list[str] = []
 
-    # gpuml, one run per backend.
+    # gpuml, one run per backend and E-step.
+    e_steps = [s.strip() for s in args.e_steps.split(",") if s.strip()]
     for b in [s.strip() for s in args.backends.split(",") if s.strip() and s.strip() != "none"]:
-        cmd = [str(binary), "--input", str(x_path), "--init", str(init_path), "--n-clusters", str(k), "--max-iter",
-               str(args.max_iter), "--tol", "0", "--n-init", "1", "--device", b, "--json", "--repeat", str(args.repeat)]
-        if not args.no_warmup:
-            cmd.append("--warmup")
-        print(f"running gpuml-kmeans on {b} ...", file=sys.stderr, flush=True)
-        out, note = run_json(cmd, args.timeout)
-        if out is None:
-            notes.append(f"gpuml ({b}) skipped: {note}")
-            continue
-        if note:
-            notes.append(f"gpuml ({b}): {note}")
-        rows.append({"name": f"gpuml ({b})", "backend": b, "device": out["backend"], "n_iter": out["n_iter"],
-                     "inertia": out["inertia"], "seconds": out["fit_seconds"], "ms_per_iter": out["ms_per_iter"],
-                     "gpuml": True, "raw": out})
+        for e in e_steps:
+            cmd = [str(binary), "--input", str(x_path), "--init", str(init_path), "--n-clusters", str(k), "--max-iter",
+                   str(args.max_iter), "--tol", "0", "--n-init", "1", "--device", b, "--e-step", e, "--json",
+                   "--repeat", str(args.repeat)]
+            if not args.no_warmup:
+                cmd.append("--warmup")
+            label = b if e_steps == ["auto"] else f"{b}, {e} E-step"
+            print(f"running gpuml-kmeans on {label} ...", file=sys.stderr, flush=True)
+            out, note = run_json(cmd, args.timeout)
+            if out is None:
+                notes.append(f"gpuml ({label}) skipped: {note}")
+                continue
+            if note:
+                notes.append(f"gpuml ({label}): {note}")
+            rows.append({"name": f"gpuml ({label})", "backend": b, "device": out["backend"], "n_iter": out["n_iter"],
+                         "inertia": out["inertia"], "seconds": out["fit_seconds"], "ms_per_iter": out["ms_per_iter"],
+                         "gpuml": True, "raw": out})
+        same = [r for r in rows if r["gpuml"] and r["backend"] == b]
+        if len(same) > 1:
+            prints = {(r["raw"].get("labels_fnv"), r["raw"].get("centers_fnv"), r["raw"]["inertia"]) for r in same}
+            notes.append(f"gpuml on {b}: the {len(same)} E-steps' labels, centres and inertia are "
+                         + ("identical bit for bit" if len(prints) == 1 else "NOT identical"))
 
     # Peers.
     wanted = [s.strip() for s in args.peers.split(",") if s.strip() and s.strip() != "none"]

@@ -38,6 +38,7 @@ struct Options {
   std::string input;
   std::string init = "k-means++";
   std::string n_init = "auto";
+  std::string algorithm = "lloyd", e_step = "auto";
   std::string device;
   std::string labels_out, centers_out, distances_out, write_synthetic, predict_with;
   gpuml_program::CsvFlags csv;
@@ -180,6 +181,10 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   p.tol = o.tol;
   p.random_state = o.seed;
   p.verbose = o.verbose;
+  p.algorithm = o.algorithm;
+  p.e_step = o.e_step == "plain"     ? gpuml::KMeansEStep::plain
+             : o.e_step == "bounded" ? gpuml::KMeansEStep::bounded
+                                     : gpuml::KMeansEStep::automatic;
   std::string init_desc = o.init;
   if (o.init == "first") {
     if (n < k) throw gpuml::invalid_input("--init first needs at least n_clusters samples");
@@ -281,6 +286,17 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["seed"] = o.seed;
     j["n_iter"] = n_iter;
     j["inertia"] = km.inertia();
+    j["e_step"] = o.e_step;
+    // Fingerprints of the result (FNV-1a over the bytes), to compare fits bit for bit without their files.
+    auto fnv = [](const void* data, std::size_t bytes) {
+      std::uint64_t h = 1469598103934665603ull;
+      for (std::size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+      char text[17];
+      std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+      return std::string(text);
+    };
+    j["labels_fnv"] = fnv(km.labels().data(), static_cast<std::size_t>(km.labels().size()) * sizeof(km.labels()[0]));
+    j["centers_fnv"] = fnv(km.cluster_centers().data(), static_cast<std::size_t>(km.cluster_centers().size()) * sizeof(T));
     j["fit_seconds"] = best;
     j["iteration_seconds"] = best_loop;
     j["fit_seconds_all"] = times;
@@ -300,6 +316,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
         j["device_e_step_ms"] = dt.e_step_ms / dt.e_steps;
         j["device_reduce_ms"] = dt.reduce_ms / dt.e_steps;
         j["device_e_step_each_ms"] = dt.e_step_each_ms;
+        j["device_searched_each"] = dt.e_step_searched;
       }
       if (dt.label_steps > 0 && dt.labels_ms >= 0) j["device_labels_ms"] = dt.labels_ms / dt.label_steps;
     }
@@ -339,6 +356,12 @@ int main(int argc, char** argv) {
   app.add_option("--tol", o.tol, "relative tolerance on the centre shift (default 1e-4; 0 for the embedded workload)")
       ->check(gpuml_program::at_least(0));
   app.add_option("--seed", o.seed, "random_state (default 0)");
+  app.add_option("--algorithm", o.algorithm, "lloyd | elkan (both give Lloyd's iterations exactly; default lloyd)")
+      ->check(CLI::IsMember({"lloyd", "elkan"}));
+  app.add_option("--e-step", o.e_step,
+                 "auto | plain | bounded: the device's E-step (the same result bit for bit; default auto: bounded "
+                 "where it pays, unless GPUML_KMEANS_BOUNDS=0)")
+      ->check(CLI::IsMember({"auto", "plain", "bounded"}));
   app.add_flag("--verbose", o.verbose, "print scikit-learn's per-iteration messages");
   app.add_option("--device", o.device,
                  "auto | gpu | discrete | integrated | cpu | host | N | name (default: $GPUML_DEVICE, else auto)");

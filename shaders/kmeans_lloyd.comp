@@ -1,6 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_ballot : require
 // One Lloyd E-step over a chunk of samples, fused with the partial M-step:
 //   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
 //   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster.
@@ -15,6 +18,18 @@
 // d = 14, steady iterations, against never splitting): k = 8 (about 16 samples per cluster and round) 3.8 against
 // 6.4 ms; k = 32 5.5 against 5.0 ms and k = 127 8.06 against 7.92 ms (the extra pass and splits that do not pay);
 // splitting every round instead is slower still there (6.0 and 9.5 ms).
+//
+// The bounded E-step (BOUNDS = 1) returns exactly what the plain one returns, with far fewer distances once the
+// centres move little (Hamerly's bounds, kept conservative in floating point). Each sample keeps an upper bound u on
+// its distance to its centre and a lower bound l on its distance to every other centre; when centres move, u grows by
+// its centre's move and l shrinks by the largest move of the others. Where u^2 + S < l^2, with S a bound on the
+// rounding of the kernel's values ||c||^2 - 2 <x, c> (an FMA chain of D terms, the norm, one subtraction: each
+// within gamma (||c||^2 + 2 ||x|| ||c||) of the exact value), the kernel's own argmin is certainly the old label,
+// ties included, and no distance is computed. Otherwise the value to the old centre is recomputed with the kernel's
+// own FMA chain to tighten u; a sample still uncertain is searched over all centres: by one subgroup (its lanes
+// take centres in turn, then three subgroup minima) when few samples of the tile are (LIST_MAX), or by the register
+// tiles below. Either search takes the lowest index among equal values, as the register tiles do. The labels, and so the partial sums, are the plain kernel's bit for
+// bit.
 #include "common.glsl"
 #include "kmeans_lloyd.h"
 
@@ -27,6 +42,8 @@ layout(constant_id = kSpecClusters) const uint K = 8;            // clusters
 layout(constant_id = kSpecFeatures) const uint D = 2;            // features
 layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(constant_id = kSpecBounds) const uint BOUNDS = 0;
+layout(constant_id = kSpecListMax) const uint LIST_MAX = 32;
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
@@ -45,6 +62,13 @@ layout(std430, binding = kBindingCentreNorms) readonly buffer CNormBuf { scalar 
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
 layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { scalar partials[]; };
 layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
+// Sample i: (u, l, ||x_i||^2 as the kernel computes it, unused).
+layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
+// drift[c]: how far centre c moved since the last step; drift[K + c]: the largest move of any other centre;
+// drift[2K]: an upper bound on every centre's norm (all rounded up); then the centres transposed, feature j of
+// centre c at kDriftCentres + j K (the values of C: lanes taking consecutive centres read consecutive words).
+layout(std430, binding = kBindingDrift) readonly buffer DriftBuf { scalar drift[]; };
+const uint kDriftCentres = 2u * K + 1u;
 
 
 shared scalar4 Cs[KS * DS4];
@@ -56,6 +80,53 @@ shared uint crowded_count;
 shared uint round_crowded;
 shared scalar Acc[K * DW * ACC_SHARED + 1];
 shared uint group_changed;
+
+// The bounded E-step's list of uncertain samples (index s * THREADS + t in the tile) and their searches' results.
+const uint LIST_CAP = BOUNDS != 0u && LIST_MAX > 1u ? LIST_MAX : 1u;
+shared uint listed_count;
+shared uint list_sample[LIST_CAP];
+shared uint list_centre[LIST_CAP];
+shared scalar list_best[LIST_CAP];
+shared scalar list_second[LIST_CAP];
+
+scalar xr[SPT * DS];  // this thread's samples of the tile (all features when NDS == 1)
+
+#if defined(GPUML_F64)
+const scalar kUnitRoundoff = 1.1102230246251565404e-16LF;  // 2^-53
+#else
+const scalar kUnitRoundoff = 5.9604644775390625e-8;  // 2^-24
+#endif
+// Directed slack for the bounds' own arithmetic (a few roundings each).
+scalar round_up(scalar v) { return v * (scalar(1) + scalar(8) * kUnitRoundoff); }
+scalar round_down(scalar v) { return v * (scalar(1) - scalar(8) * kUnitRoundoff); }
+
+// The kernel's value for chunk row i and centre c, ||c||^2 - 2 <x, c>, bit for bit as the register tiles compute
+// it: one FMA per feature in feature order (the tiles' zero padding adds exact zeros), then the norm.
+// The centres come from the drift buffer's transposed copy.
+scalar centre_value(uint i, uint c) {
+  precise scalar acc = scalar(0);
+  for (uint j = 0; j < D; ++j) acc = fma(X[(i - p.x_row0) * D + j], drift[kDriftCentres + j * K + c], acc);
+  precise scalar value = cnorm[c] - scalar(2) * acc;
+  return value;
+}
+
+scalar row_sq_norm(uint i) {
+  scalar xx = scalar(0);
+  for (uint j = 0; j < D; ++j) xx = fma(X[(i - p.x_row0) * D + j], X[(i - p.x_row0) * D + j], xx);
+  return xx;
+}
+
+// S: bounds the kernel's rounding of two values (the label's and another's) and of ||x||^2, so that
+// u^2 + S < l^2 makes the label's value strictly the smallest. 8 (D + 4) u (R + ||x||)^2 is at least twice that.
+scalar rounding_slack(scalar xx) {
+  const scalar r = drift[2u * K] + round_up(sqrt(xx));
+  return scalar(8u * (D + 4u)) * kUnitRoundoff * r * r;
+}
+bool label_certain(scalar u, scalar l, scalar slack) { return round_up(u * u + slack) < round_down(l * l); }
+// Bounds on distances from the kernel's value v and the computed ||x||^2: ||x - c||^2 is within S of v + ||x||^2.
+scalar upper_from(scalar v, scalar xx, scalar slack) { return round_up(sqrt(max(v + xx + scalar(2) * slack, scalar(0)))); }
+scalar lower_from(scalar v, scalar xx, scalar slack) { return round_down(sqrt(max(v + xx - scalar(2) * slack, scalar(0)))); }
+
 
 void load_centres(uint cs, uint fs) {
   barrier();
@@ -103,6 +174,8 @@ void main() {
       }
   if (t == 0) group_changed = 0u;
   bool any_changed = false;  // this thread's labels, over all its tiles: one shared atomic per thread per dispatch
+  uint searched = 0u;        // bounded: the group's samples searched over all centres (counted by thread 0)
+  uint reset_uncertain = 0u; // kBoundsReset: this thread's samples that the bounds would not have settled
   if (resident) load_centres(0, 0);
 
   // This group's tiles g, g + groups, ... within [tile_begin, tile_end): the slice of the chunk bound as X and W,
@@ -116,16 +189,114 @@ void main() {
       best[s] = scalar_inf();
       best_c[s] = 0u;
     }
-    scalar xr[SPT * DS];
-    if (NDS == 1)
+    if (NDS == 1 && BOUNDS == 0u)
       for (uint s = 0; s < SPT; ++s) {
         const uint i = base + s * THREADS + t;
         for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
       }
 
+    // The bounded E-step: labels that the bounds settle, then the uncertain samples searched together when few.
+    scalar second[SPT], upper[SPT], lower[SPT], xx[SPT];
+    bool dense = true;  // this thread's samples go through the register tiles
+    if (BOUNDS != 0u && p.bounds_mode == kBoundsUse) {
+      barrier();  // the last tile's list is read
+      if (t == 0u) listed_count = 0u;
+      barrier();
+      uint slot[SPT];
+      uint uncertain = 0u;
+      for (uint s = 0; s < SPT; ++s) {
+        second[s] = scalar_inf();
+        const uint i = base + s * THREADS + t;
+        bool certain = i >= p.rows;
+        if (!certain) {
+          const uint a = labels[i];
+          const scalar4 b = bounds[i];
+          xx[s] = b.z;
+          const scalar slack = rounding_slack(xx[s]);
+          upper[s] = round_up(b.x + drift[a]);
+          lower[s] = max(round_down(b.y - drift[K + a]), scalar(0));
+          certain = label_certain(upper[s], lower[s], slack);
+          if (!certain) {
+            upper[s] = upper_from(centre_value(i, a), xx[s], slack);
+            certain = label_certain(upper[s], lower[s], slack);
+          }
+          best_c[s] = a;
+        }
+        // A slot in the list: one shared atomic per subgroup.
+        const uvec4 ballot = subgroupBallot(!certain);
+        const uint count = subgroupBallotBitCount(ballot);
+        uint first = 0u;
+        if (count != 0u && subgroupElect()) first = atomicAdd(listed_count, count);
+        const uint start = subgroupBroadcastFirst(first);  // in uniform control flow: the elected lane's value
+        slot[s] = certain ? ~0u : start + subgroupBallotExclusiveBitCount(ballot);
+        if (!certain) {
+          ++uncertain;
+          if (slot[s] < LIST_MAX) list_sample[slot[s]] = s * THREADS + t;
+        }
+      }
+      barrier();
+      const uint listed = listed_count;  // uniform
+      searched += listed;
+      dense = listed > LIST_MAX && uncertain != 0u;
+      if (listed <= LIST_MAX) {
+        // Each subgroup searches listed samples in turn; the loop is uniform in the subgroup.
+        for (uint q = gl_SubgroupID; q < listed; q += gl_NumSubgroups) {
+          const uint i = base + list_sample[q];
+          scalar v1 = scalar_inf(), v2 = scalar_inf();
+          uint c1 = ~0u;
+          for (uint c = gl_SubgroupInvocationID; c < K; c += gl_SubgroupSize) {  // increasing: the first equal stays
+            const scalar v = centre_value(i, c);
+            v2 = min(v2, max(v1, v));
+            if (v < v1) {
+              v1 = v;
+              c1 = c;
+            }
+          }
+          // The lowest value, the lowest centre with it, and the lowest value of any other centre.
+          const scalar best_value = subgroupMin(v1);
+          const uint best_centre = subgroupMin(v1 == best_value ? c1 : ~0u);
+          const scalar second_value = subgroupMin(c1 == best_centre ? v2 : v1);
+          if (subgroupElect()) {
+            list_centre[q] = best_centre;
+            list_best[q] = best_value;
+            list_second[q] = second_value;
+          }
+        }
+        barrier();
+        for (uint s = 0; s < SPT; ++s)
+          if (slot[s] != ~0u) {
+            const scalar slack = rounding_slack(xx[s]);
+            best_c[s] = list_centre[slot[s]];
+            upper[s] = upper_from(list_best[slot[s]], xx[s], slack);
+            lower[s] = lower_from(list_second[slot[s]], xx[s], slack);
+          }
+      }
+    } else if (BOUNDS != 0u) {  // kBoundsSet, kBoundsReset: every sample through the register tiles
+      if (p.bounds_mode == kBoundsSet && t == 0u) searched += min(TILE, p.rows - base);
+      for (uint s = 0; s < SPT; ++s) {
+        second[s] = scalar_inf();
+        const uint i = base + s * THREADS + t;
+        xx[s] = i < p.rows ? row_sq_norm(i) : scalar(0);
+        // kBoundsReset counts the samples whose bounds alone would not have settled them, for the host's choice
+        // of the next step's mode.
+        if (p.bounds_mode == kBoundsReset && i < p.rows) {
+          const uint a = labels[i];
+          const scalar4 b = bounds[i];
+          if (!label_certain(round_up(b.x + drift[a]), max(round_down(b.y - drift[K + a]), scalar(0)), rounding_slack(b.z)))
+            ++reset_uncertain;
+        }
+      }
+    }
+
+    if (dense) {
+    if (NDS == 1 && BOUNDS != 0u)
+      for (uint s = 0; s < SPT; ++s) {
+        const uint i = base + s * THREADS + t;
+        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
+      }
     for (uint cs = 0; cs < NKS; ++cs) {
       for (uint kt = 0; kt < KT_PER_KS; ++kt) {
-        scalar acc[SPT * KT];
+        precise scalar acc[SPT * KT];
         for (uint e = 0; e < SPT * KT; ++e) acc[e] = scalar(0);
         for (uint fs = 0; fs < NDS; ++fs) {
           if (NDS > 1)
@@ -162,7 +333,8 @@ void main() {
           const uint c = cs * KS + kt * KT + kk;
           const scalar cn = resident ? Cn[kt * KT + kk] : (c < K ? cnorm[c] : scalar_inf());
           for (uint s = 0; s < SPT; ++s) {
-            const scalar dist = cn - scalar(2) * acc[s * KT + kk];
+            precise scalar dist = cn - scalar(2) * acc[s * KT + kk];
+            if (BOUNDS != 0u) second[s] = min(second[s], max(best[s], dist));
             if (dist < best[s]) {
               best[s] = dist;
               best_c[s] = c;
@@ -171,6 +343,19 @@ void main() {
         }
       }
     }
+    if (BOUNDS != 0u)
+      for (uint s = 0; s < SPT; ++s) {
+        const scalar slack = rounding_slack(xx[s]);
+        upper[s] = upper_from(best[s], xx[s], slack);
+        lower[s] = lower_from(second[s], xx[s], slack);
+      }
+    }  // dense
+
+    if (BOUNDS != 0u)
+      for (uint s = 0; s < SPT; ++s) {
+        const uint i = base + s * THREADS + t;
+        if (i < p.rows) bounds[i] = scalar4(upper[s], lower[s], xx[s], scalar(0));
+      }
 
     for (uint s = 0; s < SPT; ++s) {
       const uint i = base + s * THREADS + t;
@@ -251,5 +436,10 @@ void main() {
   if (any_changed) atomicOr(group_changed, 1u);
   barrier();
   if (t == 0 && group_changed != 0u) atomicOr(status[0], kStatusLabelChanged);
+  if (BOUNDS != 0u && t == 0 && searched != 0u) atomicAdd(status[kStatusSearched], searched);
+  if (BOUNDS != 0u) {
+    const uint n = subgroupAdd(reset_uncertain);
+    if (n != 0u && subgroupElect()) atomicAdd(status[kStatusSearched], n);
+  }
   if (LOOP_GUARD != 0u && loop_limit_reached(p.rows)) atomicOr(status[0], kStatusLoopLimit);
 }

@@ -30,6 +30,13 @@
 
 namespace gpuml {
 
+/// The E-step a device runs. Every choice returns the same labels, centres, inertia and n_iter, bit for bit.
+enum class KMeansEStep {
+  automatic,  ///< bounded where it pays (k x d large enough, a GPU), unless Config::kmeans_bounds is off
+  plain,      ///< every distance of every iteration (for comparison)
+  bounded,    ///< per-sample distance bounds skip the distances that cannot change a label
+};
+
 struct KMeansParams {
   int n_clusters = 8;
   std::string init = "k-means++";  ///< or "random"
@@ -37,6 +44,10 @@ struct KMeansParams {
   int n_init = 0;  ///< 0 means "auto": 1 for k-means++ or an array init, 10 for random
   int max_iter = 300;
   double tol = 1e-4;  ///< relative to the mean per-feature variance of X
+  /// scikit-learn's "lloyd" or "elkan". Both give Lloyd's iterations exactly, as in scikit-learn; the E-step
+  /// below decides how a device computes them.
+  std::string algorithm = "lloyd";
+  KMeansEStep e_step = KMeansEStep::automatic;
   std::uint64_t random_state = 0;
   bool verbose = false;
   /// Called after every Lloyd iteration of every initialisation (progress bars, cancellation): return false to stop
@@ -55,6 +66,9 @@ namespace gpuml::algorithms {
 inline void check_kmeans_params(const KMeansParams& p) {
   if (p.n_clusters < 1) throw invalid_input("n_clusters must be >= 1, got " + std::to_string(p.n_clusters));
   if (p.max_iter < 1) throw invalid_input("max_iter must be >= 1, got " + std::to_string(p.max_iter));
+  if (p.algorithm != "lloyd" && p.algorithm != "elkan")
+    throw invalid_input("The 'algorithm' parameter of KMeans must be a str among {'lloyd', 'elkan'}. Got '" + p.algorithm +
+                        "' instead.");
   if (!(p.tol >= 0) || !std::isfinite(p.tol))
     throw invalid_input("tol must be a finite number >= 0, got " + std::to_string(p.tol));
   if (p.n_init < 0) throw invalid_input("n_init must be >= 1 (or 0 for \"auto\"), got " + std::to_string(p.n_init));
@@ -130,6 +144,9 @@ struct StepTimes {
   double labels_ms = 0;                 ///< E-steps that only label (the final one, predict)
   int e_steps = 0, label_steps = 0;
   std::vector<double> e_step_each_ms;   ///< per iteration, in order
+  /// The bounded E-step's samples searched over all centres, per iteration (the rest kept their labels on the
+  /// bounds alone); empty for the plain E-step.
+  std::vector<std::uint64_t> e_step_searched;
 };
 
 template <class T>

@@ -80,6 +80,11 @@ class Config {
   std::uint64_t device_memory_limit() const { return device_memory_limit_; }
   Config& set_device_memory_limit(std::uint64_t bytes) { return device_memory_limit_ = bytes, *this; }
 
+  /// The bounded k-means E-step where it pays (KMeansEStep::automatic; off: the plain E-step, every distance of
+  /// every iteration). The results are the same bit for bit either way: this is for comparisons.
+  bool kmeans_bounds() const { return kmeans_bounds_; }
+  Config& set_kmeans_bounds(bool on) { return kmeans_bounds_ = on, *this; }
+
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 
   /// "123", "64K", "512M", "2G" (binary units) as a byte count, or nothing for anything else.
@@ -143,6 +148,7 @@ class Config {
     }
     flag("GPUML_KNN_APPEND", c.knn_append_);
     flag("GPUML_KNN_COOP", c.knn_coop_);
+    flag("GPUML_KMEANS_BOUNDS", c.kmeans_bounds_);
     if (const char* v = env("GPUML_DEVICE_MEMORY_LIMIT")) {
       if (auto bytes = parse_bytes(v)) c.device_memory_limit_ = *bytes;
       else warn(std::string("ignoring GPUML_DEVICE_MEMORY_LIMIT=") + v + ": expected a byte count such as 1073741824, 512M or 2G");
@@ -161,6 +167,7 @@ class Config {
   std::uint64_t knn_sample_ = kDefaultKnnSample;
   bool knn_append_ = true;
   bool knn_coop_ = true;
+  bool kmeans_bounds_ = true;
   std::uint64_t device_memory_limit_ = 0;
 };
 

@@ -36,16 +36,18 @@ namespace detail {
 template <class T, class Policy>
 host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
-                               const KeepGoing& keep_going = {}) {
+                               const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic) {
+  // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
+  if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
   return run_on<T>(
       backend, "KMeans",
       [&] {
         if (backend.device_count() == 1)
           return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                           keep_going);
+                                           keep_going, e_step);
         std::vector<vulkan::Device*> devices;
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration);
+        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step);
       },
       [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going); });
 }
@@ -174,7 +176,7 @@ class KMeans {
       if (p.verbose) verbose_line("Initialization complete");
       host::LloydResult<T> r =
           detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
-                                       p.on_iteration, p.keep_going);
+                                       p.on_iteration, p.keep_going, p.e_step);
       if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
         best = std::move(r);
     }

@@ -97,8 +97,10 @@ inline std::string kmeans_tile_shape_misfit(const vulkan::DeviceInfo& device, co
 namespace kernels {
 struct LloydPlan;
 /// Defined in kernels/kmeans.hpp: the tile fitted to the device's shared memory; throws gpuml::unsupported.
+/// `bounded`: with the bounded E-step where the device can run it.
 template <class T>
-LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d);
+LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
+                     bool bounded = false);
 }  // namespace kernels
 
 /// Centre tiles x feature tiles that one sample tile loops over: what llvmpipe's loop limit counts.
