@@ -2,7 +2,6 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
 // One Lloyd E-step over a chunk of samples, fused with the partial M-step:
 //   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
@@ -19,17 +18,18 @@
 // 6.4 ms; k = 32 5.5 against 5.0 ms and k = 127 8.06 against 7.92 ms (the extra pass and splits that do not pay);
 // splitting every round instead is slower still there (6.0 and 9.5 ms).
 //
-// The bounded E-step (BOUNDS = 1) returns exactly what the plain one returns, with far fewer distances once the
-// centres move little (Hamerly's bounds, kept conservative in floating point). Each sample keeps an upper bound u on
-// its distance to its centre and a lower bound l on its distance to every other centre; when centres move, u grows by
-// its centre's move and l shrinks by the largest move of the others. Where u^2 + S < l^2, with S a bound on the
-// rounding of the kernel's values ||c||^2 - 2 <x, c> (an FMA chain of D terms, the norm, one subtraction: each
-// within gamma (||c||^2 + 2 ||x|| ||c||) of the exact value), the kernel's own argmin is certainly the old label,
-// ties included, and no distance is computed. Otherwise the value to the old centre is recomputed with the kernel's
-// own FMA chain to tighten u; a sample still uncertain is searched over all centres: by one subgroup (its lanes
-// take centres in turn, then three subgroup minima) when few samples of the tile are (LIST_MAX), or by the register
-// tiles below. Either search takes the lowest index among equal values, as the register tiles do. The labels, and so the partial sums, are the plain kernel's bit for
-// bit.
+// The bounded E-step returns exactly what the plain one returns, with far fewer distances once the centres move
+// little (Hamerly's bounds, kept conservative in floating point). Each sample keeps an upper bound u on its distance
+// to its centre and a lower bound l on its distance to every other centre; when centres move, u grows by its
+// centre's move and l shrinks by the largest move of the others. Where u^2 + S < l^2, with S a bound on the rounding
+// of the kernel's values ||c||^2 - 2 <x, c> (an FMA chain of D terms, the norm, one subtraction: each within
+// gamma (||c||^2 + 2 ||x|| ||c||) of the exact value), the kernel's own argmin is certainly the old label, ties
+// included, and no distance is computed. A step that uses the bounds runs in three dispatches (STAGE): one thread
+// per sample checks its bounds, recomputes the value to its old centre with the kernel's own FMA chain to tighten u
+// where they fail, and lists the samples still uncertain; the register tiles below search the listed samples only
+// (the lowest index among equal values, as always), keeping each one's second-best value for its new lower bound;
+// the partial sums are then added from the labels exactly as the plain step adds them. The step that sets the
+// bounds (kBoundsSet) lists every sample.
 #include "common.glsl"
 #include "kmeans_lloyd.h"
 
@@ -42,8 +42,7 @@ layout(constant_id = kSpecClusters) const uint K = 8;            // clusters
 layout(constant_id = kSpecFeatures) const uint D = 2;            // features
 layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
-layout(constant_id = kSpecBounds) const uint BOUNDS = 0;
-layout(constant_id = kSpecListMax) const uint LIST_MAX = 32;
+layout(constant_id = kSpecStage) const uint STAGE = kStageFull;
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
@@ -69,6 +68,8 @@ layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
 // centre c at kDriftCentres + j K (the values of C: lanes taking consecutive centres read consecutive words).
 layout(std430, binding = kBindingDrift) readonly buffer DriftBuf { scalar drift[]; };
 const uint kDriftCentres = 2u * K + 1u;
+// The bounded step's uncertain samples: listed[0] counts them, their chunk rows follow.
+layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
 
 
 shared scalar4 Cs[KS * DS4];
@@ -81,15 +82,8 @@ shared uint round_crowded;
 shared scalar Acc[K * DW * ACC_SHARED + 1];
 shared uint group_changed;
 
-// The bounded E-step's list of uncertain samples (index s * THREADS + t in the tile) and their searches' results.
-const uint LIST_CAP = BOUNDS != 0u && LIST_MAX > 1u ? LIST_MAX : 1u;
-shared uint listed_count;
-shared uint list_sample[LIST_CAP];
-shared uint list_centre[LIST_CAP];
-shared scalar list_best[LIST_CAP];
-shared scalar list_second[LIST_CAP];
-
 scalar xr[SPT * DS];  // this thread's samples of the tile (all features when NDS == 1)
+uint rows[SPT];       // their chunk rows (p.rows or more where a tile has fewer)
 
 #if defined(GPUML_F64)
 const scalar kUnitRoundoff = 1.1102230246251565404e-16LF;  // 2^-53
@@ -153,16 +147,65 @@ void acc_barrier() {
   barrier();
 }
 
+// Registers hold the thread's samples (rows[]) for the register tiles.
+void load_rows() {
+  if (NDS == 1)
+    for (uint s = 0; s < SPT; ++s) {
+      const uint i = rows[s];
+      for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
+    }
+}
+
+// kStageCheck: one thread per sample. Bounds that settle the label are moved on and kept; the others' samples are
+// listed for kStageSearch (one atomic per subgroup; the list's order varies, each sample's result does not).
+void check_bounds(uint g) {
+  const uint t = gl_LocalInvocationID.x;
+  uint uncertain = 0u;
+  for (uint i0 = g * THREADS; i0 < p.rows; i0 += p.groups * THREADS) {  // uniform in the workgroup
+    const uint i = i0 + t;
+    bool certain = i >= p.rows;
+    if (!certain) {
+      const uint a = labels[i];
+      const scalar4 b = bounds[i];
+      const scalar slack = rounding_slack(b.z);
+      scalar upper = round_up(b.x + drift[a]);
+      const scalar lower = max(round_down(b.y - drift[K + a]), scalar(0));
+      certain = label_certain(upper, lower, slack);
+      if (p.bounds_mode == kBoundsSet) {
+        certain = false;  // nothing to check yet: every sample is searched
+      } else if (!certain) {
+        upper = upper_from(centre_value(i, a), b.z, slack);
+        certain = label_certain(upper, lower, slack);
+      }
+      if (certain) bounds[i] = scalar4(upper, lower, b.z, scalar(0));
+    }
+    const uvec4 ballot = subgroupBallot(!certain);
+    const uint count = subgroupBallotBitCount(ballot);
+    uint first = 0u;
+    if (count != 0u && subgroupElect()) first = atomicAdd(listed[0], count);
+    const uint start = subgroupBroadcastFirst(first);  // in uniform control flow: the elected lane's value
+    if (!certain) listed[1u + start + subgroupBallotExclusiveBitCount(ballot)] = i;
+    uncertain += count;
+  }
+  if (subgroupElect() && uncertain != 0u) atomicAdd(status[kStatusSearched], uncertain);
+}
+
 void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint g = p.group_base + linear_group_id();
   const uint region = (p.partial_base + g) * (K * DW);
   const bool resident = NKS == 1 && NDS == 1;
+  if (STAGE == kStageCheck) {
+    check_bounds(g);
+    return;
+  }
+  const bool sums_only = STAGE == kStageSums;
+  const bool update = p.update != 0 && STAGE != kStageSearch;
 
   // Zeroed here, summed by the cluster's owner or the thread of a (cluster, feature) pair, written out at the end.
   // A step streamed in slices of tiles (p.tile_begin > 0) goes on from the sums its earlier slices wrote: each
   // workgroup adds its tiles in the same order as in one dispatch, so the sums are the same bit for bit.
-  if (p.update != 0)
+  if (update)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) {
         if (p.tile_begin == 0) {
@@ -174,126 +217,32 @@ void main() {
       }
   if (t == 0) group_changed = 0u;
   bool any_changed = false;  // this thread's labels, over all its tiles: one shared atomic per thread per dispatch
-  uint searched = 0u;        // bounded: the group's samples searched over all centres (counted by thread 0)
-  uint reset_uncertain = 0u; // kBoundsReset: this thread's samples that the bounds would not have settled
-  if (resident) load_centres(0, 0);
+  if (resident && !sums_only) load_centres(0, 0);
 
   // This group's tiles g, g + groups, ... within [tile_begin, tile_end): the slice of the chunk bound as X and W,
-  // whose first row is x_row0 (the whole chunk unless the step is streamed).
+  // whose first row is x_row0 (the whole chunk unless the step is streamed). kStageSearch's tiles are tiles of the
+  // list instead.
+  const uint listed_rows = STAGE == kStageSearch ? listed[0] : 0u;
+  const uint tile_end = STAGE == kStageSearch ? (listed_rows + TILE - 1u) / TILE : p.tile_end;
   const uint first_tile = p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
-  for (uint tile = first_tile; tile < p.tile_end; tile += p.groups) {
+  for (uint tile = first_tile; tile < tile_end; tile += p.groups) {
     const uint base = tile * TILE;
-    scalar best[SPT];
+    scalar best[SPT], second[SPT];
     uint best_c[SPT];
     for (uint s = 0; s < SPT; ++s) {
       best[s] = scalar_inf();
+      second[s] = scalar_inf();
       best_c[s] = 0u;
-    }
-    if (NDS == 1 && BOUNDS == 0u)
-      for (uint s = 0; s < SPT; ++s) {
-        const uint i = base + s * THREADS + t;
-        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
-      }
-
-    // The bounded E-step: labels that the bounds settle, then the uncertain samples searched together when few.
-    scalar second[SPT], upper[SPT], lower[SPT], xx[SPT];
-    bool dense = true;  // this thread's samples go through the register tiles
-    if (BOUNDS != 0u && p.bounds_mode == kBoundsUse) {
-      barrier();  // the last tile's list is read
-      if (t == 0u) listed_count = 0u;
-      barrier();
-      uint slot[SPT];
-      uint uncertain = 0u;
-      for (uint s = 0; s < SPT; ++s) {
-        second[s] = scalar_inf();
-        const uint i = base + s * THREADS + t;
-        bool certain = i >= p.rows;
-        if (!certain) {
-          const uint a = labels[i];
-          const scalar4 b = bounds[i];
-          xx[s] = b.z;
-          const scalar slack = rounding_slack(xx[s]);
-          upper[s] = round_up(b.x + drift[a]);
-          lower[s] = max(round_down(b.y - drift[K + a]), scalar(0));
-          certain = label_certain(upper[s], lower[s], slack);
-          if (!certain) {
-            upper[s] = upper_from(centre_value(i, a), xx[s], slack);
-            certain = label_certain(upper[s], lower[s], slack);
-          }
-          best_c[s] = a;
-        }
-        // A slot in the list: one shared atomic per subgroup.
-        const uvec4 ballot = subgroupBallot(!certain);
-        const uint count = subgroupBallotBitCount(ballot);
-        uint first = 0u;
-        if (count != 0u && subgroupElect()) first = atomicAdd(listed_count, count);
-        const uint start = subgroupBroadcastFirst(first);  // in uniform control flow: the elected lane's value
-        slot[s] = certain ? ~0u : start + subgroupBallotExclusiveBitCount(ballot);
-        if (!certain) {
-          ++uncertain;
-          if (slot[s] < LIST_MAX) list_sample[slot[s]] = s * THREADS + t;
-        }
-      }
-      barrier();
-      const uint listed = listed_count;  // uniform
-      searched += listed;
-      dense = listed > LIST_MAX && uncertain != 0u;
-      if (listed <= LIST_MAX) {
-        // Each subgroup searches listed samples in turn; the loop is uniform in the subgroup.
-        for (uint q = gl_SubgroupID; q < listed; q += gl_NumSubgroups) {
-          const uint i = base + list_sample[q];
-          scalar v1 = scalar_inf(), v2 = scalar_inf();
-          uint c1 = ~0u;
-          for (uint c = gl_SubgroupInvocationID; c < K; c += gl_SubgroupSize) {  // increasing: the first equal stays
-            const scalar v = centre_value(i, c);
-            v2 = min(v2, max(v1, v));
-            if (v < v1) {
-              v1 = v;
-              c1 = c;
-            }
-          }
-          // The lowest value, the lowest centre with it, and the lowest value of any other centre.
-          const scalar best_value = subgroupMin(v1);
-          const uint best_centre = subgroupMin(v1 == best_value ? c1 : ~0u);
-          const scalar second_value = subgroupMin(c1 == best_centre ? v2 : v1);
-          if (subgroupElect()) {
-            list_centre[q] = best_centre;
-            list_best[q] = best_value;
-            list_second[q] = second_value;
-          }
-        }
-        barrier();
-        for (uint s = 0; s < SPT; ++s)
-          if (slot[s] != ~0u) {
-            const scalar slack = rounding_slack(xx[s]);
-            best_c[s] = list_centre[slot[s]];
-            upper[s] = upper_from(list_best[slot[s]], xx[s], slack);
-            lower[s] = lower_from(list_second[slot[s]], xx[s], slack);
-          }
-      }
-    } else if (BOUNDS != 0u) {  // kBoundsSet, kBoundsReset: every sample through the register tiles
-      if (p.bounds_mode == kBoundsSet && t == 0u) searched += min(TILE, p.rows - base);
-      for (uint s = 0; s < SPT; ++s) {
-        second[s] = scalar_inf();
-        const uint i = base + s * THREADS + t;
-        xx[s] = i < p.rows ? row_sq_norm(i) : scalar(0);
-        // kBoundsReset counts the samples whose bounds alone would not have settled them, for the host's choice
-        // of the next step's mode.
-        if (p.bounds_mode == kBoundsReset && i < p.rows) {
-          const uint a = labels[i];
-          const scalar4 b = bounds[i];
-          if (!label_certain(round_up(b.x + drift[a]), max(round_down(b.y - drift[K + a]), scalar(0)), rounding_slack(b.z)))
-            ++reset_uncertain;
-        }
-      }
+      const uint e = base + s * THREADS + t;
+      if (STAGE == kStageSearch) rows[s] = e < listed_rows ? listed[1u + e] : ~0u;
+      else rows[s] = e;
     }
 
-    if (dense) {
-    if (NDS == 1 && BOUNDS != 0u)
-      for (uint s = 0; s < SPT; ++s) {
-        const uint i = base + s * THREADS + t;
-        for (uint f = 0; f < DS; ++f) xr[s * DS + f] = (i < p.rows && f < D) ? X[(i - p.x_row0) * D + f] : scalar(0);
-      }
+    if (sums_only) {
+      for (uint s = 0; s < SPT; ++s)
+        if (rows[s] < p.rows) best_c[s] = labels[rows[s]];
+    } else {
+      load_rows();
     for (uint cs = 0; cs < NKS; ++cs) {
       for (uint kt = 0; kt < KT_PER_KS; ++kt) {
         precise scalar acc[SPT * KT];
@@ -301,7 +250,7 @@ void main() {
         for (uint fs = 0; fs < NDS; ++fs) {
           if (NDS > 1)
             for (uint s = 0; s < SPT; ++s) {
-              const uint i = base + s * THREADS + t;
+              const uint i = rows[s];
               for (uint f = 0; f < DS; ++f) {
                 const uint j = fs * DS + f;
                 xr[s * DS + f] = (i < p.rows && j < D) ? X[(i - p.x_row0) * D + j] : scalar(0);
@@ -334,7 +283,7 @@ void main() {
           const scalar cn = resident ? Cn[kt * KT + kk] : (c < K ? cnorm[c] : scalar_inf());
           for (uint s = 0; s < SPT; ++s) {
             precise scalar dist = cn - scalar(2) * acc[s * KT + kk];
-            if (BOUNDS != 0u) second[s] = min(second[s], max(best[s], dist));
+            if (STAGE == kStageSearch) second[s] = min(second[s], max(best[s], dist));
             if (dist < best[s]) {
               best[s] = dist;
               best_c[s] = c;
@@ -343,29 +292,25 @@ void main() {
         }
       }
     }
-    if (BOUNDS != 0u)
       for (uint s = 0; s < SPT; ++s) {
-        const scalar slack = rounding_slack(xx[s]);
-        upper[s] = upper_from(best[s], xx[s], slack);
-        lower[s] = lower_from(second[s], xx[s], slack);
+        const uint i = rows[s];
+        if (i >= p.rows) continue;
+        if (labels[i] != best_c[s]) {
+          any_changed = true;
+          labels[i] = best_c[s];
+        }
       }
-    }  // dense
-
-    if (BOUNDS != 0u)
-      for (uint s = 0; s < SPT; ++s) {
-        const uint i = base + s * THREADS + t;
-        if (i < p.rows) bounds[i] = scalar4(upper[s], lower[s], xx[s], scalar(0));
-      }
-
-    for (uint s = 0; s < SPT; ++s) {
-      const uint i = base + s * THREADS + t;
-      if (i < p.rows && labels[i] != best_c[s]) {
-        any_changed = true;
-        labels[i] = best_c[s];
-      }
+      if (STAGE == kStageSearch)
+        for (uint s = 0; s < SPT; ++s) {
+          const uint i = rows[s];
+          if (i >= p.rows) continue;
+          const scalar xx = p.bounds_mode == kBoundsSet ? row_sq_norm(i) : bounds[i].z;
+          const scalar slack = rounding_slack(xx);
+          bounds[i] = scalar4(upper_from(best[s], xx, slack), lower_from(second[s], xx, slack), xx, scalar(0));
+        }
     }
 
-    if (p.update != 0)
+    if (update)
       for (uint r = 0; r < SPT; ++r) {
         acc_barrier();  // the previous round's sums are done
         for (uint e = t; e < K * WORDS; e += THREADS) masks[e] = 0u;
@@ -430,16 +375,11 @@ void main() {
   }
 
   barrier();  // the last round's sums; group_changed's zeroing
-  if (p.update != 0 && ACC_SHARED != 0)
+  if (update && ACC_SHARED != 0)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) partials[region + c * DW + f] = Acc[c * DW + f];
   if (any_changed) atomicOr(group_changed, 1u);
   barrier();
   if (t == 0 && group_changed != 0u) atomicOr(status[0], kStatusLabelChanged);
-  if (BOUNDS != 0u && t == 0 && searched != 0u) atomicAdd(status[kStatusSearched], searched);
-  if (BOUNDS != 0u) {
-    const uint n = subgroupAdd(reset_uncertain);
-    if (n != 0u && subgroupElect()) atomicAdd(status[kStatusSearched], n);
-  }
   if (LOOP_GUARD != 0u && loop_limit_reached(p.rows)) atomicOr(status[0], kStatusLoopLimit);
 }

@@ -196,8 +196,9 @@ TYPED_TEST(KMeansBoundsTest, BoundedStepsAreThePlainStepsInPartsToo) {
   }
 }
 
-// Samples beyond the device-memory limit stay in host memory and are streamed; the bounds stay on the device.
-TYPED_TEST(KMeansBoundsTest, StreamedBoundedFitIsTheResidentPlainFit) {
+// Under a device-memory limit: where the samples fit but the bounds do not, and where the samples are streamed from
+// host memory, the plain E-step runs instead, with the same result.
+TYPED_TEST(KMeansBoundsTest, BoundsBeyondTheMemoryLimitFallBackToThePlainStep) {
   using T = TypeParam;
   for (const auto& dev : devices()) {
     const Eigen::Index n = 20011, d = 11;
@@ -209,20 +210,23 @@ TYPED_TEST(KMeansBoundsTest, StreamedBoundedFitIsTheResidentPlainFit) {
     p.e_step = KMeansEStep::plain;
     KMeans<T> resident(p, dev.backend);
     resident.fit(X);
-    // Room for the labels, the bounds, the partial sums and slices, but not for X.
-    const std::uint64_t limit = std::uint64_t(n) * (4 + 4 * sizeof(T)) + std::uint64_t(n) * d * sizeof(T) / 2 + (64u << 10);
-    gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
-    {
-      gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy> engine(*dev.backend.device(), X, nullptr, 9,
-                                                                         KMeansEStep::bounded);
-      EXPECT_TRUE(engine.streamed());
-      EXPECT_TRUE(engine.bounded_e_step());
-    }
     p.e_step = KMeansEStep::bounded;
-    KMeans<T> streamed(p, dev.backend);
-    streamed.fit(X);
-    EXPECT_FALSE(streamed.step_times().e_step_searched.empty());
-    expect_same_fit(resident, streamed, dev.name);
+    using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+    // Room for the samples, labels and partial sums, not for the bounds; then room for half the samples.
+    for (const std::uint64_t limit : {std::uint64_t(n) * (d + 2) * sizeof(T) + (64u << 10),
+                                      std::uint64_t(n) * d * sizeof(T) / 2 + std::uint64_t(n) * 4 + (64u << 10)}) {
+      gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
+      {
+        Engine engine(*dev.backend.device(), X, nullptr, 9, KMeansEStep::bounded);
+        EXPECT_FALSE(engine.bounded_e_step()) << "limit " << limit;
+        Engine unlimited_bounds(*dev.backend.device(), X.topRows(n / 8), nullptr, 9, KMeansEStep::bounded);
+        EXPECT_TRUE(unlimited_bounds.bounded_e_step()) << "an eighth of the samples and their bounds fit";
+      }
+      KMeans<T> limited(p, dev.backend);
+      limited.fit(X);
+      EXPECT_TRUE(limited.step_times().e_step_searched.empty());
+      expect_same_fit(resident, limited, dev.name);
+    }
   }
 }
 

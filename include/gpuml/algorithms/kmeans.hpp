@@ -32,7 +32,7 @@ namespace gpuml {
 
 /// The E-step a device runs. Every choice returns the same labels, centres, inertia and n_iter, bit for bit.
 enum class KMeansEStep {
-  automatic,  ///< bounded where it pays (k x d large enough, a GPU), unless Config::kmeans_bounds is off
+  automatic,  ///< bounded where it pays (GPUs), unless Config::kmeans_bounds is off
   plain,      ///< every distance of every iteration (for comparison)
   bounded,    ///< per-sample distance bounds skip the distances that cannot change a label
 };

@@ -54,37 +54,22 @@ struct LloydPlan {
   std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
   std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
   std::uint32_t bounds = 0;      // 1: the bounded E-step
-  std::uint32_t list_max = 0;    // bounded: uncertain samples of a tile searched by subgroups
   std::uint64_t shared_bytes = 0;
-  std::vector<std::uint32_t> constants() const {
+  /// The specialisation of one dispatch: kStageFull, or a stage of a bounded step.
+  std::vector<std::uint32_t> constants(std::uint32_t stage = lloyd_interface::kStageFull) const {
     namespace shader = lloyd_interface;
     return spec_constants(shader::kSpecCount,
                           {{shader::kSpecThreads, threads}, {shader::kSpecSamplesPerThread, spt},
                            {shader::kSpecCentresPerThread, kt}, {shader::kSpecCentreTile, ks},
                            {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
                            {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
-                           {shader::kSpecBounds, bounds}, {shader::kSpecListMax, list_max}});
+                           {shader::kSpecStage, stage}});
   }
   std::uint32_t tile() const { return threads * spt; }
 };
 
-/// The bounded E-step's list of uncertain samples per tile: a quarter of the tile on GPUs (a tile with more runs
-/// them through the register tiles). On CPU devices its loops count against llvmpipe's limit (about list x k / lanes
-/// x d iterations, besides two passes of d per sample of the thread): 0 where that would not fit, which turns the
-/// bounded E-step off there.
-inline std::uint32_t lloyd_list_max(const vulkan::DeviceInfo& info, std::uint32_t threads, std::uint32_t spt,
-                                    std::uint32_t k, std::uint32_t d) {
-  const std::uint32_t list = std::max<std::uint32_t>(1, threads * spt / 4);
-  if (info.type != vulkan::DeviceType::cpu) return list;
-  constexpr std::uint64_t budget = 16384;
-  if (2ull * spt * d > budget) return 0;
-  // A subgroup's lanes take the centres in turn.
-  const std::uint64_t per_sample = std::uint64_t((k + info.subgroup_size - 1) / std::max(1u, info.subgroup_size)) * d + 1;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(list, budget / per_sample));
-}
-
-/// `bounded`: plan the bounded E-step where the device can run it (its shared memory and, on CPU devices,
-/// llvmpipe's loop limit); the plan's `bounds` says whether it does.
+/// `bounded`: plan the bounded E-step where the device can run it (subgroup ballots and sums); the plan's `bounds`
+/// says whether it does.
 template <class T>
 LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
                      bool bounded) {
@@ -100,15 +85,11 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
   if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false);
-  const std::uint32_t list_max = bounded ? lloyd_list_max(info, pl.threads, pl.spt, k, d) : 0;
-  if (bounded && info.type == vulkan::DeviceType::cpu && list_max == 0) return plan_lloyd<T>(info, tile, k, d, false);
-  // The bounded E-step's list (sample, centre, two values each; one entry otherwise) and its count.
-  const std::uint64_t bounds_bytes = std::max<std::uint64_t>(list_max, 1) * (8 + 2 * s) + 4;
   auto bytes = [&](std::uint32_t ks, bool acc) {
     // centre tile and norms, the per-cluster masks, the list of clusters to split (at most half a round), the
-    // sums, three flags and counters, the bounded E-step's list
+    // sums, three flags and counters
     return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words +
-           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 12 + bounds_bytes;
+           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 12;
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
@@ -117,9 +98,7 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   pl.ks = resident ? all : pl.kt;
   pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
   pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
-  if (bounded && pl.shared_bytes > info.max_shared_memory) return plan_lloyd<T>(info, tile, k, d, false);
   pl.bounds = bounded ? 1 : 0;
-  pl.list_max = list_max;
   if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
     throw unsupported("k-means tile policy cannot run on " + info.name + " for k=" + std::to_string(k) + ", d=" +
                       std::to_string(d) + ": " + why + " (choose a policy with fewer threads)");
@@ -133,12 +112,12 @@ T round_up_to(double value) {
   return static_cast<double>(r) < value ? std::nextafter(r, std::numeric_limits<T>::infinity()) : r;
 }
 
-/// Whether KMeansEStep::automatic runs the bounded E-step for k centres of d features on `info`: where the
-/// distances it can skip outweigh keeping the bounds. Measured on an H100 (50M samples, d = 14, steady iterations):
-/// at k = 127 the bounded step took 5.75 ms against 8.28, at k = 64 5.97 against 5.33, at k = 8 8.3 against 3.7;
-/// at d = 128, k = 127, 20.8 against 180. On CPU devices the plain one (llvmpipe's barriers cost more there).
-inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t d) {
-  return info.type != vulkan::DeviceType::cpu && k * d >= 1536;
+/// Whether KMeansEStep::automatic runs the bounded E-step on `info`: on GPUs. Measured on an H100 (50M samples,
+/// d = 14, 100 iterations from the first k samples, ms per iteration, bounded against plain): k = 8 3.4 against 4.1,
+/// k = 64 4.2 against 5.6, k = 127 5.6 against 8.6; 10M samples, k = 1024: 31.6 against 39.1; 5M samples, d = 128,
+/// 30 iterations: 66.6 against 184.8. On CPU devices the plain one (llvmpipe's barriers and gathers cost more there).
+inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info, std::uint64_t /*k*/, std::uint64_t /*d*/) {
+  return info.type != vulkan::DeviceType::cpu;
 }
 
 /// Device-resident data of one fit: X, weights and labels in chunks that each fit one binding. `e_step`: the
@@ -181,12 +160,12 @@ class LloydEngine {
     const std::uint64_t needed = n_ * (d_ + 1) * s + rest;  // samples and weights (allocated either way)
     const std::uint64_t budget = device_memory_budget(info);
     streamed_ = budget && needed > budget;
-    // The bounds (four numbers per sample) stay on the device; where they do not fit beside the rest, the plain
-    // E-step runs.
-    const std::uint64_t bounds_bytes = n_ * 4 * s;
-    if (plan_.bounds && ((budget && (streamed_ ? rest : needed) + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
+    // The bounds (four numbers per sample) and the list of uncertain samples stay on the device, beside samples
+    // that do: where they do not fit, or the samples are streamed, the plain E-step runs.
+    const std::uint64_t bounds_bytes = n_ * (4 * s + 4) + 4 * n_chunks;
+    if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
       plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
-    const std::uint64_t resident_rest = rest + (plan_.bounds ? bounds_bytes : 0);
+    const std::uint64_t resident_rest = rest;
     if (streamed_ && rest > budget)
       throw unsupported("k-means on " + info.name + " needs " + std::to_string(rest >> 20) + " MiB of device memory " +
                         "besides the samples; it has " + std::to_string(budget >> 20) + " MiB (use the host backend)");
@@ -214,7 +193,10 @@ class LloydEngine {
       c.x = device.buffer(c.rows * d_ * s, samples, streamed_);
       c.w = device.buffer(c.rows * s, samples, streamed_);
       c.labels = device.buffer(c.rows * 4);
-      if (plan_.bounds) c.bounds = device.buffer(c.rows * 4 * s);
+      if (plan_.bounds) {
+        c.bounds = device.buffer(c.rows * 4 * s);
+        c.list = device.buffer((c.rows + 1) * 4);
+      }
       vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
       if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
       chunks_.push_back(std::move(c));
@@ -224,14 +206,22 @@ class LloydEngine {
     // The centres, their norms, and the bounded E-step's drift buffer (kmeans_lloyd.comp).
     centres_staging_ = device.buffer((row + drift_elements()) * s, vulkan::MemoryUse::upload);
     drift_ = device.buffer(plan_.bounds ? drift_elements() * s : 16);
-    unbound_ = device.buffer(16);  // the bounds binding of the plain E-step, which reads nothing there
+    unbound_ = device.buffer(16);  // the bounds and list bindings of the plain E-step, which reads nothing there
     partials_ = device.buffer(std::uint64_t(parts_) * row * s);
     sums_ = device.buffer(row * s);
     status_ = device.buffer(16);
     readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
     inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
-    lloyd_ = device.kernel({KMeansShaders<T>::lloyd(), lloyd_interface::kBindingCount, sizeof(lloyd_interface::Push),
-                            plan_.constants(), tile_params.subgroup_size});
+    auto lloyd_stage = [&](std::uint32_t stage) {
+      return device.kernel({KMeansShaders<T>::lloyd(), lloyd_interface::kBindingCount, sizeof(lloyd_interface::Push),
+                            plan_.constants(stage), tile_params.subgroup_size});
+    };
+    lloyd_ = lloyd_stage(lloyd_interface::kStageFull);
+    if (plan_.bounds) {
+      check_kernel_ = lloyd_stage(lloyd_interface::kStageCheck);
+      search_kernel_ = lloyd_stage(lloyd_interface::kStageSearch);
+      sums_kernel_ = lloyd_stage(lloyd_interface::kStageSums);
+    }
     reduce_ = device.kernel({KMeansShaders<T>::reduce(), reduce_interface::kBindingCount, sizeof(reduce_interface::Push),
                              spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, kReduceLanes}})});
     inertia_ = device.kernel({KMeansShaders<T>::inertia(), inertia_interface::kBindingCount, sizeof(inertia_interface::Push),
@@ -263,12 +253,9 @@ class LloydEngine {
     std::copy_n(C.data(), kd, staged);
     for (std::uint32_t j = 0; j < k_; ++j) staged[kd + j] = C.row(j).squaredNorm();
     // The bounded E-step: how far each centre moved since the bounds were last set (they hold for those centres).
-    // kBoundsReset where the last step found most samples uncertain: every sample is searched by the register
-    // tiles, which is then cheaper than checking them one by one first.
     const std::uint32_t bounds_mode = !plan_.bounds   ? 0u
                                       : !bounds_valid_ ? lloyd_interface::kBoundsSet
-                                      : last_uncertain_ * 4 > n_ ? lloyd_interface::kBoundsReset
-                                                                 : lloyd_interface::kBoundsUse;
+                                                       : lloyd_interface::kBoundsUse;
     if (plan_.bounds) stage_drift(C, staged + kd + k_);
     bounds_valid_ = false;  // until this step has set them all
     // One command buffer (and its descriptor pool, fence, queries) for every step of the fit: creating them per
@@ -316,21 +303,33 @@ class LloydEngine {
     } else if (streamed_) {
       record_streamed_step(cmds, push_for);
     } else {
-      for (std::uint32_t part = 0; part < parts; ++part) {
-        for (auto& c : chunks_) {
-          const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
-          const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
-          dispatch_lloyd(cmds, c, c.x, c.w, push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
-        }
-        if (part + 1 < parts) {
-          cmds.timestamp(1);
-          cmds.submit_and_wait();
-          add_e_step_ms(cmds.elapsed_ms(0, 1));
-          pacer_.poll();
-          cmds.reset();
-          cmds.timestamp(0);
-        }
+      // The plain step is one dispatch per chunk. The bounded step is three: check every sample's bounds and list
+      // the uncertain ones (every sample in the step that sets them), search those, then add the partial sums from
+      // the labels.
+      std::vector<const vulkan::Kernel*> stages{lloyd_.get()};
+      if (plan_.bounds) {
+        for (auto& c : chunks_) cmds.fill(c.list, 0, 4, 0u);
+        stages = {check_kernel_.get(), search_kernel_.get()};
+        if (update) stages.push_back(sums_kernel_.get());
       }
+      for (std::uint32_t stage = 0, steps = static_cast<std::uint32_t>(stages.size()) * parts, done = 0;
+           stage < stages.size(); ++stage)
+        for (std::uint32_t part = 0; part < parts; ++part) {
+          if (part == 0 && plan_.bounds) cmds.barrier();  // after the last stage, in this or an earlier submission
+          for (auto& c : chunks_) {
+            const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
+            const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
+            dispatch_stage(cmds, *stages[stage], c, c.x, c.w, push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
+          }
+          if (++done < steps && parts > 1) {
+            cmds.timestamp(1);
+            cmds.submit_and_wait();
+            add_e_step_ms(cmds.elapsed_ms(0, 1));
+            pacer_.poll();
+            cmds.reset();
+            cmds.timestamp(0);
+          }
+        }
     }
     cmds.barrier();
     cmds.timestamp(1);
@@ -369,9 +368,7 @@ class LloydEngine {
     std::uint32_t status = 0, searched = 0;
     std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
     std::memcpy(&searched, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s + 4, 4);
-    if (update && plan_.bounds)
-      times_.e_step_searched.push_back(bounds_mode == lloyd_interface::kBoundsUse ? searched : n_);
-    last_uncertain_ = searched;
+    if (update && plan_.bounds) times_.e_step_searched.push_back(searched);
     if (status & lloyd_interface::kStatusLoopLimit)
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
                         "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
@@ -430,7 +427,7 @@ class LloydEngine {
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
-    vulkan::Buffer x, w, labels, bounds;
+    vulkan::Buffer x, w, labels, bounds, list;
   };
 
   /// The slices of a streamed E-step (every chunk's, in slices of whole sample tiles).
@@ -464,7 +461,12 @@ class LloydEngine {
   /// kmeans_lloyd on chunk c, its samples and weights read from x and w.
   void dispatch_lloyd(vulkan::Commands& cmds, const Chunk& c, const vulkan::Buffer& x, const vulkan::Buffer& w,
                       const lloyd_interface::Push& push, std::uint32_t groups) const {
-    cmds.dispatch(*lloyd_, {x, w, c.labels, centres_, norms_, partials_, status_, plan_.bounds ? c.bounds : unbound_, drift_},
+    dispatch_stage(cmds, *lloyd_, c, x, w, push, groups);
+  }
+  void dispatch_stage(vulkan::Commands& cmds, const vulkan::Kernel& kernel, const Chunk& c, const vulkan::Buffer& x,
+                      const vulkan::Buffer& w, const lloyd_interface::Push& push, std::uint32_t groups) const {
+    cmds.dispatch(kernel, {x, w, c.labels, centres_, norms_, partials_, status_, plan_.bounds ? c.bounds : unbound_, drift_,
+                           plan_.bounds ? c.list : unbound_},
                   push, groups);
   }
 
@@ -559,7 +561,6 @@ class LloydEngine {
   vulkan::Buffer drift_, unbound_;  // the bounded E-step's drifts; a stand-in for the plain one's bounds binding
   Matrix<T> bound_centres_;         // the centres the bounds hold for, when bounds_valid_
   bool bounds_valid_ = false;
-  std::uint64_t last_uncertain_ = 0;  // the last bounded step's samples that the bounds did not settle
   algorithms::StepTimes times_;
   bool streamed_ = false;
   std::uint64_t slice_rows_ = 0;                   // streamed: sample rows per slice (whole tiles)
@@ -571,6 +572,7 @@ class LloydEngine {
   KeepGoingPacer pacer_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
+  vulkan::KernelRef check_kernel_, search_kernel_, sums_kernel_;  // the bounded step's stages (kmeans_lloyd.comp)
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`

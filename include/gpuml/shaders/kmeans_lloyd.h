@@ -13,7 +13,8 @@ GPUML_CONSTANT(kBindingPartials, 5)  // k x (d + 1) partial sums per workgroup
 GPUML_CONSTANT(kBindingStatus, 6)
 GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample an upper and a lower bound (below)
 GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves of each centre, k largest moves of the others, radius
-GPUML_CONSTANT(kBindingCount, 9)
+GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: the count of uncertain samples, then their rows
+GPUML_CONSTANT(kBindingCount, 10)
 
 GPUML_CONSTANT(kSpecThreads, 0)           // a multiple of 32
 GPUML_CONSTANT(kSpecSamplesPerThread, 1)  // per tile
@@ -24,20 +25,23 @@ GPUML_CONSTANT(kSpecClusters, 5)
 GPUML_CONSTANT(kSpecFeatures, 6)
 GPUML_CONSTANT(kSpecAccShared, 7)   // 1: partial sums in shared memory; 0: in the group's global region
 GPUML_CONSTANT(kSpecLoopGuard, 8)   // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
-GPUML_CONSTANT(kSpecBounds, 9)      // 1: the bounded E-step (Push.bounds_mode says what the bounds hold)
-GPUML_CONSTANT(kSpecListMax, 10)    // bounded: at most this many uncertain samples of a tile are searched together
-GPUML_CONSTANT(kSpecCount, 11)
+GPUML_CONSTANT(kSpecStage, 9)       // kStageFull (the plain E-step), or a dispatch of the bounded one (below)
+GPUML_CONSTANT(kSpecCount, 10)
+
+// The dispatches of a bounded step, in order; kStageFull is a whole plain step.
+GPUML_CONSTANT(kStageFull, 0)
+GPUML_CONSTANT(kStageCheck, 1)   // check every sample's bounds, list the uncertain ones
+GPUML_CONSTANT(kStageSearch, 2)  // search the listed samples over all centres
+GPUML_CONSTANT(kStageSums, 3)    // the partial sums from the labels
 
 // Push.bounds_mode of the bounded E-step.
 GPUML_CONSTANT(kBoundsSet, 1)  // the bounds hold nothing yet: search every sample, then set them
 GPUML_CONSTANT(kBoundsUse, 2)  // the bounds hold for the last step's centres, and the drift buffer says how they moved
-GPUML_CONSTANT(kBoundsReset, 3)  // as kBoundsUse, but search every sample (most would be uncertain) and set the bounds
 
 // Bits of status[0], set by any workgroup.
 GPUML_CONSTANT(kStatusLabelChanged, 1)
 GPUML_CONSTANT(kStatusLoopLimit, 2)
-// status[kStatusSearched]: the bounded E-step's samples searched over all centres (the others kept their label);
-// after kBoundsReset, those that the bounds alone would not have settled.
+// status[kStatusSearched]: the bounded E-step's samples searched over all centres (the others kept their label).
 GPUML_CONSTANT(kStatusSearched, 1)
 
 GPUML_PUSH_CONSTANTS(Push) {
