@@ -95,17 +95,35 @@ struct WeightSummary {
   double sum = 0;
   Eigen::Index positive = 0;
 };
+/// Checked in blocks on the host threads; the message names the first bad weight, the sum adds the blocks in order.
 template <class T>
 WeightSummary check_sample_weight(VectorView<T> w) {
-  WeightSummary s;
-  for (Eigen::Index i = 0; i < w.size(); ++i) {
-    const T v = w[i];
-    if (!std::isfinite(v)) throw invalid_input("sample_weight contains NaN or infinity (at " + std::to_string(i) + ")");
-    if (v < 0) throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-    s.sum += static_cast<double>(v);
-    s.positive += v > 0;
+  constexpr std::int64_t kBlock = std::int64_t(1) << 16;
+  const std::int64_t n = w.size(), blocks = (n + kBlock - 1) / kBlock;
+  std::vector<WeightSummary> part(static_cast<std::size_t>(blocks));
+  std::vector<std::int64_t> first_bad(static_cast<std::size_t>(blocks), -1);
+  parallel_chunks(n, kBlock, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    WeightSummary& s = part[static_cast<std::size_t>(c)];
+    for (std::int64_t i = begin; i < end; ++i) {
+      const T v = w[i];
+      if (!std::isfinite(v) || v < 0) {
+        first_bad[static_cast<std::size_t>(c)] = i;
+        return;
+      }
+      s.sum += static_cast<double>(v);
+      s.positive += v > 0;
+    }
+  });
+  WeightSummary total;
+  for (std::int64_t c = 0; c < blocks; ++c) {
+    if (const std::int64_t i = first_bad[static_cast<std::size_t>(c)]; i >= 0) {
+      if (!std::isfinite(w[i])) throw invalid_input("sample_weight contains NaN or infinity (at " + std::to_string(i) + ")");
+      throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
+    }
+    total.sum += part[static_cast<std::size_t>(c)].sum;
+    total.positive += part[static_cast<std::size_t>(c)].positive;
   }
-  return s;
+  return total;
 }
 
 /// Rows per task of the fit's passes over X on the host.

@@ -15,6 +15,7 @@
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/select.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -182,13 +183,9 @@ class KMeans {
     }
 
     Matrix<T> centers = best->centers.rowwise() + mean_t;
-    std::vector<bool> seen(static_cast<std::size_t>(k), false);
-    int distinct = 0;
-    for (Eigen::Index i = 0; i < n; ++i)
-      if (auto&& first = seen[static_cast<std::size_t>(best->labels[i])]; !first) {
-        first = true;
-        ++distinct;
-      }
+    std::vector<unsigned char> seen(static_cast<std::size_t>(k), 0);
+    for (Eigen::Index i = 0; i < n; ++i) seen[static_cast<std::size_t>(best->labels[i])] = 1;
+    const int distinct = static_cast<int>(std::count(seen.begin(), seen.end(), 1));
     if (distinct < k)
       warn("Number of distinct clusters (" + std::to_string(distinct) + ") found smaller than n_clusters (" +
            std::to_string(k) + "). Possibly due to duplicate points in X.");
