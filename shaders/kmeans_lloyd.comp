@@ -68,8 +68,13 @@ layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
 // centre c at kDriftCentres + j K (the values of C: lanes taking consecutive centres read consecutive words).
 layout(std430, binding = kBindingDrift) readonly buffer DriftBuf { scalar drift[]; };
 const uint kDriftCentres = 2u * K + 1u;
-// The bounded step's uncertain samples: listed[0] counts them, their chunk rows follow.
+// The bounded step's uncertain samples, listed by the workgroup that checked them (no global atomics): listed[g]
+// counts workgroup g's, whose chunk rows are at list_segment(g).
 layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
+// The rows one workgroup checks: a chunk row of every THREADS * groups, THREADS at a time.
+uint segment_capacity() { return (p.rows + THREADS * p.groups - 1u) / (THREADS * p.groups) * THREADS; }
+uint list_segment(uint g) { return p.groups + g * segment_capacity(); }
+shared uint segment_count;
 
 
 shared scalar4 Cs[KS * DS4];
@@ -160,7 +165,9 @@ void load_rows() {
 // listed for kStageSearch (one atomic per subgroup; the list's order varies, each sample's result does not).
 void check_bounds(uint g) {
   const uint t = gl_LocalInvocationID.x;
-  uint uncertain = 0u;
+  const uint segment = list_segment(g);
+  if (t == 0u) segment_count = 0u;
+  barrier();
   for (uint i0 = g * THREADS; i0 < p.rows; i0 += p.groups * THREADS) {  // uniform in the workgroup
     const uint i = i0 + t;
     bool certain = i >= p.rows;
@@ -182,12 +189,15 @@ void check_bounds(uint g) {
     const uvec4 ballot = subgroupBallot(!certain);
     const uint count = subgroupBallotBitCount(ballot);
     uint first = 0u;
-    if (count != 0u && subgroupElect()) first = atomicAdd(listed[0], count);
+    if (count != 0u && subgroupElect()) first = atomicAdd(segment_count, count);
     const uint start = subgroupBroadcastFirst(first);  // in uniform control flow: the elected lane's value
-    if (!certain) listed[1u + start + subgroupBallotExclusiveBitCount(ballot)] = i;
-    uncertain += count;
+    if (!certain) listed[segment + start + subgroupBallotExclusiveBitCount(ballot)] = i;
   }
-  if (subgroupElect() && uncertain != 0u) atomicAdd(status[kStatusSearched], uncertain);
+  barrier();
+  if (t == 0u) {
+    listed[g] = segment_count;
+    if (segment_count != 0u) atomicAdd(status[kStatusSearched], segment_count);
+  }
 }
 
 void main() {
@@ -220,12 +230,13 @@ void main() {
   if (resident && !sums_only) load_centres(0, 0);
 
   // This group's tiles g, g + groups, ... within [tile_begin, tile_end): the slice of the chunk bound as X and W,
-  // whose first row is x_row0 (the whole chunk unless the step is streamed). kStageSearch's tiles are tiles of the
-  // list instead.
-  const uint listed_rows = STAGE == kStageSearch ? listed[0] : 0u;
-  const uint tile_end = STAGE == kStageSearch ? (listed_rows + TILE - 1u) / TILE : p.tile_end;
-  const uint first_tile = p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
-  for (uint tile = first_tile; tile < tile_end; tile += p.groups) {
+  // whose first row is x_row0 (the whole chunk unless the step is streamed). In kStageSearch, the tiles of the
+  // samples this group listed.
+  const bool search = STAGE == kStageSearch;
+  const uint listed_rows = search ? listed[g] : 0u, segment = search ? list_segment(g) : 0u;
+  const uint tile_end = search ? (listed_rows + TILE - 1u) / TILE : p.tile_end;
+  const uint first_tile = search ? 0u : p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
+  for (uint tile = first_tile; tile < tile_end; tile += search ? 1u : p.groups) {
     const uint base = tile * TILE;
     scalar best[SPT], second[SPT];
     uint best_c[SPT];
@@ -234,7 +245,7 @@ void main() {
       second[s] = scalar_inf();
       best_c[s] = 0u;
       const uint e = base + s * THREADS + t;
-      if (STAGE == kStageSearch) rows[s] = e < listed_rows ? listed[1u + e] : ~0u;
+      if (search) rows[s] = e < listed_rows ? listed[segment + e] : ~0u;
       else rows[s] = e;
     }
 

@@ -162,7 +162,7 @@ class LloydEngine {
     streamed_ = budget && needed > budget;
     // The bounds (four numbers per sample) and the list of uncertain samples stay on the device, beside samples
     // that do: where they do not fit, or the samples are streamed, the plain E-step runs.
-    const std::uint64_t bounds_bytes = n_ * (4 * s + 4) + 4 * n_chunks;
+    const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + std::uint64_t(tile) * all_groups + all_groups) * 4;
     if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
       plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
     const std::uint64_t resident_rest = rest;
@@ -195,7 +195,9 @@ class LloydEngine {
       c.labels = device.buffer(c.rows * 4);
       if (plan_.bounds) {
         c.bounds = device.buffer(c.rows * 4 * s);
-        c.list = device.buffer((c.rows + 1) * 4);
+        // Per workgroup a count, and a segment for the rows it checks (kmeans_lloyd.comp's list_segment).
+        const std::uint64_t per_group = ceil_div(c.rows, std::uint64_t(plan_.threads) * c.groups) * plan_.threads;
+        c.list = device.buffer((c.groups + c.groups * per_group) * 4);
       }
       vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
       if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
@@ -308,7 +310,6 @@ class LloydEngine {
       // the labels.
       std::vector<const vulkan::Kernel*> stages{lloyd_.get()};
       if (plan_.bounds) {
-        for (auto& c : chunks_) cmds.fill(c.list, 0, 4, 0u);
         stages = {check_kernel_.get(), search_kernel_.get()};
         if (update) stages.push_back(sums_kernel_.get());
       }
