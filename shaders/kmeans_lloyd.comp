@@ -162,7 +162,8 @@ void load_rows() {
 }
 
 // kStageCheck: one thread per sample. Bounds that settle the label are moved on and kept; the others' samples are
-// listed for kStageSearch (one atomic per subgroup; the list's order varies, each sample's result does not).
+// listed for kStageSearch (one shared atomic per subgroup; the list's order varies, each sample's result does not).
+// kBoundsSet lists every sample without reading its label or bounds, which hold nothing yet.
 void check_bounds(uint g) {
   const uint t = gl_LocalInvocationID.x;
   const uint segment = list_segment(g);
@@ -171,16 +172,14 @@ void check_bounds(uint g) {
   for (uint i0 = g * THREADS; i0 < p.rows; i0 += p.groups * THREADS) {  // uniform in the workgroup
     const uint i = i0 + t;
     bool certain = i >= p.rows;
-    if (!certain) {
+    if (!certain && p.bounds_mode == kBoundsUse) {
       const uint a = labels[i];
       const scalar4 b = bounds[i];
       const scalar slack = rounding_slack(b.z);
       scalar upper = round_up(b.x + drift[a]);
       const scalar lower = max(round_down(b.y - drift[K + a]), scalar(0));
       certain = label_certain(upper, lower, slack);
-      if (p.bounds_mode == kBoundsSet) {
-        certain = false;  // nothing to check yet: every sample is searched
-      } else if (!certain) {
+      if (!certain) {
         upper = upper_from(centre_value(i, a), b.z, slack);
         certain = label_certain(upper, lower, slack);
       }

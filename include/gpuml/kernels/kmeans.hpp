@@ -1,7 +1,8 @@
 // The Vulkan k-means engine: scikit-learn's Lloyd loop with the E-step and the partial M-step fused in one
-// dispatch per chunk (shaders/kmeans_lloyd.comp), a fixed-order reduction of the partials, and the rest of the
-// M-step (averaging, empty-cluster relocation, convergence) on the host from k x (d + 1) numbers per iteration.
-// Results are bitwise identical from run to run on the same device and input.
+// dispatch per chunk (shaders/kmeans_lloyd.comp; the bounded E-step in three, with the same result), a fixed-order
+// reduction of the partials, and the rest of the M-step (averaging, empty-cluster relocation, convergence) on the
+// host from k x (d + 1) numbers per iteration. Results are bitwise identical from run to run on the same device and
+// input.
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
@@ -114,7 +115,7 @@ T round_up_to(double value) {
 
 /// Whether KMeansEStep::automatic runs the bounded E-step on `info`: on GPUs, where it was faster at every shape
 /// measured (README, "The bounded E-step"); on CPU devices the plain one (llvmpipe's barriers and gathers cost more).
-inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info, std::uint64_t /*k*/, std::uint64_t /*d*/) {
+inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info) {
   return info.type != vulkan::DeviceType::cpu;
 }
 
@@ -131,7 +132,7 @@ class LloydEngine {
     require_scalar_support<T>(device);
     const auto& info = device.info();
     const bool bounded = e_step == KMeansEStep::bounded ||
-                         (e_step == KMeansEStep::automatic && bounded_e_step_pays(info, k, d_));
+                         (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
     const KMeansTileParams tile_params = Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_));
     plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), bounded);
     const std::uint64_t s = sizeof(T), tile = plan_.tile();
@@ -163,7 +164,6 @@ class LloydEngine {
     const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + std::uint64_t(tile) * all_groups + all_groups) * 4;
     if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
       plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
-    const std::uint64_t resident_rest = rest;
     if (streamed_ && rest > budget)
       throw unsupported("k-means on " + info.name + " needs " + std::to_string(rest >> 20) + " MiB of device memory " +
                         "besides the samples; it has " + std::to_string(budget >> 20) + " MiB (use the host backend)");
@@ -172,7 +172,7 @@ class LloydEngine {
       // Two device buffers for slices of whole sample tiles: while the E-step reads one, the next slice is copied
       // into the other from pinned memory. As large as the budget left allows (fewer, larger copies).
       const std::uint64_t slice_bytes_per_row = (d_ + 1) * s;
-      slice_rows_ = std::min<std::uint64_t>((budget - resident_rest) / 2 / slice_bytes_per_row / tile * tile, ceil_div(chunk, tile) * tile);
+      slice_rows_ = std::min<std::uint64_t>((budget - rest) / 2 / slice_bytes_per_row / tile * tile, ceil_div(chunk, tile) * tile);
       slice_rows_ = std::min<std::uint64_t>(slice_rows_, max_bytes / (d_ * s) / tile * tile);
       if (slice_rows_ == 0)
         throw unsupported("k-means on " + info.name + " cannot stream its samples through " +
@@ -453,15 +453,12 @@ class LloydEngine {
   template <class PushFor>
   void dispatch_slice(vulkan::Commands& cmds, const Slice& sl, std::size_t buffer, PushFor&& push_for) {
     const Chunk& c = *sl.chunk;
-    dispatch_lloyd(cmds, c, slice_x_[buffer], slice_w_[buffer], push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end),
-                   c.groups);
+    dispatch_stage(cmds, *lloyd_, c, slice_x_[buffer], slice_w_[buffer],
+                   push_for(c, 0u, sl.row0, sl.tile_begin, sl.tile_end), c.groups);
   }
 
-  /// kmeans_lloyd on chunk c, its samples and weights read from x and w.
-  void dispatch_lloyd(vulkan::Commands& cmds, const Chunk& c, const vulkan::Buffer& x, const vulkan::Buffer& w,
-                      const lloyd_interface::Push& push, std::uint32_t groups) const {
-    dispatch_stage(cmds, *lloyd_, c, x, w, push, groups);
-  }
+  /// One kmeans_lloyd dispatch (`kernel`: the plain step or a stage of the bounded one) on chunk c, its samples and
+  /// weights read from x and w.
   void dispatch_stage(vulkan::Commands& cmds, const vulkan::Kernel& kernel, const Chunk& c, const vulkan::Buffer& x,
                       const vulkan::Buffer& w, const lloyd_interface::Push& push, std::uint32_t groups) const {
     cmds.dispatch(kernel, {x, w, c.labels, centres_, norms_, partials_, status_, plan_.bounds ? c.bounds : unbound_, drift_,

@@ -11,9 +11,9 @@ GPUML_CONSTANT(kBindingCentres, 3)
 GPUML_CONSTANT(kBindingCentreNorms, 4)
 GPUML_CONSTANT(kBindingPartials, 5)  // k x (d + 1) partial sums per workgroup
 GPUML_CONSTANT(kBindingStatus, 6)
-GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample an upper and a lower bound (below)
-GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves of each centre, k largest moves of the others, radius
-GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: the count of uncertain samples, then their rows
+GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample (upper bound, lower bound, ||x||^2, unused)
+GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centres transposed
+GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: per workgroup a count of uncertain samples, then their rows
 GPUML_CONSTANT(kBindingCount, 10)
 
 GPUML_CONSTANT(kSpecThreads, 0)           // a multiple of 32
