@@ -102,6 +102,12 @@ def main() -> int:
                 continue
             if note:
                 notes.append(f"gpuml ({label}): {note}")
+            ft = out.get("fit_times")
+            if ft:
+                notes.append(f"gpuml ({label}): its last fit took {ft['total']:.3f} s: checks and statistics "
+                             f"{ft['checks']:.3f}, seeding {ft['seeding']:.3f}, the upload {ft['setup']:.3f}, iterations "
+                             f"{ft['iterations']:.3f}, final step and labels {ft['finish']:.3f}, freeing the rest "
+                             f"{ft['lloyd'] - ft['setup'] - ft['iterations'] - ft['finish']:.3f}")
             rows.append({"name": f"gpuml ({label})", "backend": b, "device": out["backend"], "n_iter": out["n_iter"],
                          "inertia": out["inertia"], "seconds": out["fit_seconds"], "ms_per_iter": out["ms_per_iter"],
                          "gpuml": True, "raw": out})

@@ -431,6 +431,100 @@ TYPED_TEST(KMeansDeviceTest, PlusPlusAcrossChunks) {
   }
 }
 
+// The engines take X less its mean without a centred copy: the upload subtracts (gpuml::ShiftedView). Rows of
+// more than one staging chunk (64 MiB, filled a whole number of rows at a time), at an offset in the buffer, and a
+// strided view must arrive as the host's X.rowwise() - shift, bit for bit.
+TYPED_TEST(KMeansDeviceTest, ShiftedUploadIsTheHostsCentring) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Eigen::Index n = (Eigen::Index(65) << 20) / (13 * sizeof(T)) + 777, d = 13;
+    const Matrix<T> wide = (random_matrix<T>(n, d + 2, 760, -3.0, 5.0).array() + T(1000)).matrix();
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> shift = wide.leftCols(d).colwise().mean();
+    const Matrix<T> packed = wide.leftCols(d);
+    for (const bool strided : {false, true}) {
+      const gpuml::MatrixView<T> X = strided ? gpuml::MatrixView<T>(wide.middleCols(1, d)) : gpuml::MatrixView<T>(packed);
+      const Matrix<T> expected = X.rowwise() - shift;
+      const std::uint64_t offset = 64 * sizeof(T), bytes = std::uint64_t(n) * d * sizeof(T);
+      auto buffer = device.buffer(offset + bytes);
+      const Eigen::Index r0 = 3, r1 = n - 5;  // a range of rows, not the whole view
+      gpuml::vulkan::upload_shifted_rows<T>(device, buffer, offset, gpuml::ShiftedView<T>(X, shift.data()), r0, r1);
+      Matrix<T> got(r1 - r0, d);
+      gpuml::vulkan::download(device, buffer, offset, got.data(), std::uint64_t(got.size()) * sizeof(T));
+      EXPECT_EQ(std::memcmp(got.data(), expected.middleRows(r0, r1 - r0).eval().data(), got.size() * sizeof(T)), 0)
+          << (strided ? "strided" : "contiguous");
+    }
+  }
+}
+
+// Lloyd and k-means++ on a shifted view give what they give on the centred copy, bit for bit: the same labels,
+// centres, inertia and draws, including fits whose clusters empty and are refilled from the shifted rows.
+TYPED_TEST(KMeansDeviceTest, ShiftedSamplesFitAsTheCentredCopy) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Eigen::Index n = 3001, d = 7;
+    const Matrix<T> X = (blobs<T>(n, d, 9, 770, 2.0).array() + T(500)).matrix();
+    const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 771, 0.5, 2.0).col(0);
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> shift = X.colwise().mean();
+    const Matrix<T> Xc = X.rowwise() - shift;
+    const gpuml::ShiftedView<T> shifted(X, shift.data());
+    // Twelve centres for nine blobs, three of them far away: those clusters empty in the first step.
+    Matrix<T> init = Xc.topRows(12);
+    init.bottomRows(3).array() += T(1e4);
+    for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::automatic}) {
+      const auto a = gpuml::kernels::lloyd<T>(device, shifted, w, init, 20, 0.0, false, {}, {}, e_step);
+      const auto b = gpuml::kernels::lloyd<T>(device, Xc, w, init, 20, 0.0, false, {}, {}, e_step);
+      EXPECT_TRUE(a.labels == b.labels);
+      EXPECT_EQ(std::memcmp(a.centers.data(), b.centers.data(), sizeof(T) * a.centers.size()), 0);
+      EXPECT_EQ(a.inertia, b.inertia);
+      EXPECT_EQ(a.n_iter, b.n_iter);
+      EXPECT_GT(a.n_iter, 2);
+      EXPECT_LT(a.centers.cwiseAbs().maxCoeff(), T(1e3)) << "the far centres' clusters were not refilled";
+    }
+    const std::uint64_t seed = gpuml::testing::test_seed() + 772;
+    std::mt19937_64 r1(seed), r2(seed);
+    const Matrix<T> p1 = gpuml::kernels::kmeans_plus_plus<T>(device, shifted, w, 11, r1);
+    const Matrix<T> p2 = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 11, r2);
+    EXPECT_EQ(std::memcmp(p1.data(), p2.data(), sizeof(T) * p1.size()), 0);
+    // The host engine reads the same values from the shifted view where it refills empty clusters.
+    std::mt19937_64 r3(seed), r4(seed);
+    EXPECT_TRUE(gpuml::host::random_init<T>(shifted, w, 11, r3) == gpuml::host::random_init<T>(Xc, w, 11, r4));
+  }
+}
+
+// One upload per fit: the k-means++ engine leaves the samples on the device, the Lloyd engines of every run read
+// them from there, and the results are those of engines that upload for themselves, bit for bit.
+TYPED_TEST(KMeansDeviceTest, EnginesOfOneFitShareTheSamples) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Eigen::Index n = 4099, d = 6;
+    const Matrix<T> X = blobs<T>(n, d, 8, 780, 1.5);
+    const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 781, 0.5, 2.0).col(0);
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> shift = X.colwise().mean();
+    const gpuml::ShiftedView<T> Xc(X, shift.data());
+    const std::uint64_t seed = gpuml::testing::test_seed() + 782;
+    gpuml::kernels::ResidentSamples<T> resident;
+    std::mt19937_64 r1(seed), r2(seed);
+    const Matrix<T> shared_init = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 8, r1, 0, &resident);
+    const Matrix<T> own_init = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 8, r2);
+    ASSERT_EQ(std::memcmp(shared_init.data(), own_init.data(), sizeof(T) * own_init.size()), 0);
+    ASSERT_EQ(resident.chunks().size(), 1u) << "the seeding left no samples on the device";
+    const gpuml::vulkan::Buffer* before = resident.chunks()[0].x.get();
+    for (int run = 0; run < 2; ++run) {
+      const auto shared = gpuml::kernels::lloyd<T>(device, Xc, w, shared_init, 10, 0.0, false, {}, {},
+                                                   gpuml::KMeansEStep::automatic, &resident);
+      const auto own = gpuml::kernels::lloyd<T>(device, Xc, w, own_init, 10, 0.0, false, {}, {});
+      EXPECT_TRUE(shared.labels == own.labels);
+      EXPECT_EQ(std::memcmp(shared.centers.data(), own.centers.data(), sizeof(T) * own.centers.size()), 0);
+      EXPECT_EQ(shared.inertia, own.inertia);
+      EXPECT_EQ(shared.n_iter, own.n_iter);
+      EXPECT_EQ(resident.chunks()[0].x.get(), before) << "run " << run << " uploaded the samples again";
+    }
+  }
+}
+
 TEST(KMeansDevice, PlusPlusIsBitwiseRepeatable) {
   for (const auto& dev : devices()) {
     const Matrix<float> X = blobs<float>(6007, 9, 17, 740, 3.0);

@@ -147,6 +147,27 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
   return total;
 }
 
+/// How many of the k clusters hold at least one label (scikit-learn warns when fewer than k do): blocks of labels on
+/// the host threads.
+inline int distinct_labels(const Labels& labels, int k) {
+  constexpr std::int64_t kBlock = std::int64_t(1) << 20;
+  const std::int64_t n = labels.size(), blocks = (n + kBlock - 1) / kBlock;
+  std::vector<std::vector<unsigned char>> seen(static_cast<std::size_t>(blocks));
+  parallel_chunks(n, kBlock, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    auto& s = seen[static_cast<std::size_t>(c)];
+    s.assign(static_cast<std::size_t>(k), 0);
+    for (std::int64_t i = begin; i < end; ++i) s[static_cast<std::size_t>(labels[i])] = 1;
+  });
+  int distinct = 0;
+  for (int j = 0; j < k; ++j)
+    for (const auto& s : seen)
+      if (s[static_cast<std::size_t>(j)]) {
+        ++distinct;
+        break;
+      }
+  return distinct;
+}
+
 /// scikit-learn's absolute tolerance: tol times the mean over features of the population variance of X (unweighted,
 /// before centring), from the per-column sums of squared deviations from the mean over n rows.
 inline double absolute_tolerance(const Eigen::RowVectorXd& squared_deviation_sums, double n, double tol) {
@@ -175,6 +196,8 @@ struct LloydResult {
   int n_iter = 0;
   bool strict_convergence = false;
   double iteration_seconds = 0.0;  ///< wall time of the E+M iterations alone (no data transfer, final E-step, inertia)
+  double setup_seconds = 0.0;      ///< wall time of the engine's set-up before them (a device engine's upload)
+  double finish_seconds = 0.0;     ///< wall time after them: the final E-step, the inertia, the labels' download
   StepTimes step_times;            ///< the engine's own timing of its steps, where it keeps one
 };
 
@@ -250,7 +273,7 @@ inline T sq_dist(const T* x, const T* c, std::int64_t d) {
 /// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old centre move to the empty
 /// clusters, in increasing cluster order; sums/weights are the un-averaged accumulators.
 template <class T>
-void relocate_empty_clusters(const MatrixView<T>& X, const VectorView<T>& w, const Matrix<T>& centers_old,
+void relocate_empty_clusters(const ShiftedView<T>& X, const VectorView<T>& w, const Matrix<T>& centers_old,
                              const Labels& labels, Matrix<T>& sums, Vector<T>& weights) {
   const std::int64_t n = X.rows(), d = X.cols(), k = centers_old.rows();
   std::vector<std::int64_t> empty;
@@ -259,8 +282,15 @@ void relocate_empty_clusters(const MatrixView<T>& X, const VectorView<T>& w, con
   if (empty.empty()) return;
   std::vector<T> dist(static_cast<std::size_t>(n));
   parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      dist[i] = sq_dist(X.data() + i * X.outerStride(), centers_old.data() + std::int64_t{labels[i]} * d, d);
+    std::vector<T> row(static_cast<std::size_t>(d));
+    for (std::int64_t i = b; i < e; ++i) {
+      const T* x = X.X.data() + i * X.X.outerStride();
+      if (X.shift) {
+        for (std::int64_t f = 0; f < d; ++f) row[f] = x[f] - X.shift[f];
+        x = row.data();
+      }
+      dist[i] = sq_dist(x, centers_old.data() + std::int64_t{labels[i]} * d, d);
+    }
   });
   if (*std::max_element(dist.begin(), dist.end()) == T(0)) return;  // more clusters than distinct points
   const std::int64_t n_empty = std::min<std::int64_t>(static_cast<std::int64_t>(empty.size()), n);
@@ -274,10 +304,10 @@ void relocate_empty_clusters(const MatrixView<T>& X, const VectorView<T>& w, con
     const std::int64_t new_id = empty[t], far = idx[t];
     const std::int64_t old_id = labels[far];
     const T wi = w[far];
-    const T* x = X.data() + far * X.outerStride();
     for (std::int64_t f = 0; f < d; ++f) {
-      sums(old_id, f) -= x[f] * wi;
-      sums(new_id, f) = x[f] * wi;
+      const T x = X(far, f);
+      sums(old_id, f) -= x * wi;
+      sums(new_id, f) = x * wi;
     }
     weights[new_id] = wi;
     weights[old_id] -= wi;
@@ -380,7 +410,7 @@ class ShardedLloydEngine {
 /// The M-step (relocation, averaging), convergence and verbose output live here, once for every backend.
 template <class T, class Engine>
   requires LloydEngine<Engine, T>
-LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
+LloydResult<T> lloyd_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                           int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration = {}) {
   const Eigen::Index k = init_centers.rows();
   LloydResult<T> r;
@@ -423,11 +453,14 @@ LloydResult<T> lloyd_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, cons
     }
   }
   r.n_iter = std::min(i + 1, max_iter);
-  r.iteration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  const auto loop_end = std::chrono::steady_clock::now();
+  r.iteration_seconds = std::chrono::duration<double>(loop_end - loop_start).count();
   if (!r.strict_convergence) engine.assign(centers);  // so that labels_ == predict(X)
   r.inertia = engine.inertia(centers);
   r.centers = std::move(centers);
-  r.labels = engine.labels();
+  if constexpr (requires { { engine.take_labels() } -> std::same_as<Labels>; }) r.labels = engine.take_labels();
+  else r.labels = engine.labels();
+  r.finish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_end).count();
   if constexpr (requires { { engine.step_times() } -> std::convertible_to<StepTimes>; }) r.step_times = engine.step_times();
   return r;
 }
@@ -574,7 +607,7 @@ Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows,
 
 template <class T, class Engine>
   requires PlusPlusEngine<Engine, T>
-Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
   WeightMasses<T> weights(w);
   auto rows = [&](const std::vector<std::int64_t>& ids) {
     Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
@@ -587,7 +620,7 @@ Matrix<T> plus_plus_loop(Engine& engine, MatrixView<T> X, VectorView<T> w, int k
 /// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)
 /// (rounds of draws, duplicates dropped, chosen samples' weight zeroed). Needs k samples with positive weight.
 template <class T>
-Matrix<T> random_init(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> random_init(ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
   const std::int64_t n = X.rows();
   std::vector<double> p(static_cast<std::size_t>(n)), cdf(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(w[i]);

@@ -20,6 +20,30 @@ using MatrixView = Eigen::Ref<const Matrix<T>>;
 template <class T>
 using VectorView = Eigen::Ref<const Vector<T>>;
 
+/// The rows of X less a row vector `shift` (k-means' centred X, X - mean), without a centred copy of X: the engines
+/// subtract where they read a row (on the upload to a device, in the host's passes), each value rounded in T exactly
+/// as `X.rowwise() - shift` rounds it. No shift: X itself. A view: X and the shift must outlive it.
+template <class T>
+struct ShiftedView {
+  MatrixView<T> X;
+  const T* shift = nullptr;  ///< X.cols() values, or nullptr
+
+  // Implicit: anything a MatrixView takes is a ShiftedView without a shift.
+  template <class M>
+    requires std::is_convertible_v<const M&, MatrixView<T>>
+  ShiftedView(const M& x, const T* s = nullptr) : X(x), shift(s) {}  // NOLINT(google-explicit-constructor)
+  Eigen::Index rows() const { return X.rows(); }
+  Eigen::Index cols() const { return X.cols(); }
+  T operator()(Eigen::Index i, Eigen::Index j) const { return shift ? T(X(i, j) - shift[j]) : X(i, j); }
+  ShiftedView middleRows(Eigen::Index first, Eigen::Index count) const { return {X.middleRows(first, count), shift}; }
+  /// Row i, shifted, as a 1 x d row vector.
+  Eigen::Matrix<T, 1, Eigen::Dynamic> row(Eigen::Index i) const {
+    Eigen::Matrix<T, 1, Eigen::Dynamic> r = X.row(i);
+    if (shift) r -= Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(shift, X.cols());
+    return r;
+  }
+};
+
 /// Cluster labels, as scikit-learn's int32 labels_.
 using Labels = Eigen::Matrix<std::int32_t, Eigen::Dynamic, 1>;
 

@@ -16,6 +16,7 @@
 #include <gpuml/select.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -34,10 +35,24 @@ namespace detail {
 // Every engine call goes through gpuml::run_on (select.hpp): the device engine on a Vulkan backend, the host engine
 // where the device cannot run the problem, with one warning.
 
+/// Calls fn with X less its shift as one matrix view: X itself where there is no shift, otherwise a centred copy made
+/// on the host threads (the host engines read a plain matrix; the device engines subtract on their upload instead).
+template <class T, class Fn>
+decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
+  if (!X.shift) return fn(X.X);
+  Matrix<T> Xc(X.rows(), X.cols());
+  const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> shift(X.shift, X.cols());
+  parallel_chunks(X.rows(), algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    Xc.middleRows(begin, end - begin) = X.X.middleRows(begin, end - begin).rowwise() - shift;
+  });
+  return fn(MatrixView<T>(Xc));
+}
+
 template <class T, class Policy>
-host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init,
+host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
-                               const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic) {
+                               const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
+                               kernels::ResidentSamples<T>* resident = nullptr) {
   // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
   if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
   return run_on<T>(
@@ -45,22 +60,28 @@ host::LloydResult<T> run_lloyd(const Backend& backend, MatrixView<T> X, VectorVi
       [&] {
         if (backend.device_count() == 1)
           return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                           keep_going, e_step);
+                                           keep_going, e_step, resident);
         std::vector<vulkan::Device*> devices;
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
         return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step);
       },
-      [&] { return host::lloyd<T>(X, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going); });
+      [&] {
+        return with_centred_copy(X, [&](MatrixView<T> Xc) {
+          return host::lloyd<T>(Xc, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going);
+        });
+      });
 }
 
 template <class T, class Policy>
-Matrix<T> run_kmeans_plus_plus(const Backend& backend, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
+                               kernels::ResidentSamples<T>* resident = nullptr) {
   const std::mt19937_64 before = rng;  // a fallback draws the same sequence the device would have
   return run_on<T>(
-      backend, "k-means++ seeding", [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, rng); },
+      backend, "k-means++ seeding",
+      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, rng, 0, resident); },
       [&] {
         rng = before;
-        return host::kmeans_plus_plus<T>(X, w, k, rng);
+        return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, rng); });
       });
 }
 
@@ -103,6 +124,17 @@ inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
 
 }  // namespace detail
 
+/// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
+struct FitTimes {
+  double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
+  double seeding = 0;     ///< initial centres, every run
+  double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
+  double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
+  double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
+  double finish = 0;      ///< of which the final E-steps, inertia and labels
+  double total = 0;       ///< the whole fit
+};
+
 template <class T, class Policy = kmeans_default_policy>
 class KMeans {
   static_assert(is_supported_scalar<T>, "KMeans supports float and double");
@@ -114,7 +146,10 @@ class KMeans {
   KMeans& fit(MatrixView<T> X) {
     checks::non_empty(X, "X");
     return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeans& {
-      const Vector<T> w = Vector<T>::Ones(X.rows());
+      Vector<T> w(X.rows());
+      parallel_chunks(X.rows(), algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+        w.segment(begin, end - begin).setOnes();
+      });
       return fit_checked(X, w);
     });
   }
@@ -126,10 +161,17 @@ class KMeans {
 
  private:
   KMeans& fit_checked(MatrixView<T> X, VectorView<T> sample_weight) {
+    using Clock = std::chrono::steady_clock;
+    const auto fit_start = Clock::now();
+    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const KMeansParams& p = params_;
     algorithms::check_kmeans_params(p);
     const bool array_init = p.init_centers.has_value();
-    checks::data(X, "X");
+    checks::non_empty(X, "X");
+    // The column sums give the mean and, in the same pass, the finite check: a sum of finite floats in double is
+    // finite, so only a non-finite sum needs the search for the first bad value (which a double X may also pass).
+    const Eigen::RowVectorXd column_sums = algorithms::column_sums(X, nullptr);
+    if (!column_sums.allFinite()) checks::finite(X, "X");
     const Eigen::Index n = X.rows(), d = X.cols();
     const int k = p.n_clusters;
     if (n < k)
@@ -151,44 +193,50 @@ class KMeans {
     }
 
     // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
-    const Eigen::RowVectorXd mean = algorithms::column_sums(X, nullptr) / static_cast<double>(n);
+    const Eigen::RowVectorXd mean = column_sums / static_cast<double>(n);
     const double tol_absolute =
         p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(algorithms::column_sums(X, &mean), static_cast<double>(n), p.tol);
 
-    // Centre X (and an array init) by its mean, in T as scikit-learn does.
+    // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
     const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
-    Matrix<T> Xc(n, d);
-    parallel_chunks(n, algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-      Xc.middleRows(begin, end - begin) = X.middleRows(begin, end - begin).rowwise() - mean_t;
-    });
+    const ShiftedView<T> Xc(X, mean_t.data());
     Matrix<T> init_c;
     if (array_init) init_c = p.init_centers->template cast<T>().rowwise() - mean_t;
+    FitTimes times;
+    times.checks = seconds_since(fit_start);
 
     std::mt19937_64 rng(p.random_state);
     std::optional<host::LloydResult<T>> best;
+    kernels::ResidentSamples<T> resident;  // X and the weights on the device: uploaded once for every run
     for (int run = 0; run < n_init; ++run) {
+      auto phase = Clock::now();
       Matrix<T> start;
       if (array_init)
         start = init_c;
       else if (p.init == "k-means++")
-        start = detail::run_kmeans_plus_plus<T, Policy>(backend_, Xc, sample_weight, k, rng);
+        start = detail::run_kmeans_plus_plus<T, Policy>(backend_, Xc, sample_weight, k, rng, &resident);
       else
         start = host::random_init<T>(Xc, sample_weight, k, rng);
       if (p.verbose) verbose_line("Initialization complete");
+      times.seeding += seconds_since(phase);
+      phase = Clock::now();
       host::LloydResult<T> r =
           detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
-                                       p.on_iteration, p.keep_going, p.e_step);
+                                       p.on_iteration, p.keep_going, p.e_step, &resident);
+      times.lloyd += seconds_since(phase);
+      times.setup += r.setup_seconds;
+      times.iterations += r.iteration_seconds;
+      times.finish += r.finish_seconds;
       if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
         best = std::move(r);
     }
 
     Matrix<T> centers = best->centers.rowwise() + mean_t;
-    std::vector<unsigned char> seen(static_cast<std::size_t>(k), 0);
-    for (Eigen::Index i = 0; i < n; ++i) seen[static_cast<std::size_t>(best->labels[i])] = 1;
-    const int distinct = static_cast<int>(std::count(seen.begin(), seen.end(), 1));
+    const int distinct = algorithms::distinct_labels(best->labels, k);
     if (distinct < k)
       warn("Number of distinct clusters (" + std::to_string(distinct) + ") found smaller than n_clusters (" +
            std::to_string(k) + "). Possibly due to duplicate points in X.");
+    times.total = seconds_since(fit_start);
 
     // Commit only now: a failed fit leaves an earlier one untouched.
     centers_ = std::move(centers);
@@ -197,6 +245,7 @@ class KMeans {
     n_iter_ = best->n_iter;
     iteration_seconds_ = best->iteration_seconds;
     step_times_ = best->step_times;
+    fit_times_ = times;
     fitted_ = true;
     return *this;
   }
@@ -213,6 +262,7 @@ class KMeans {
     n_iter_ = 0;
     iteration_seconds_ = 0;
     step_times_ = {};
+    fit_times_ = {};
     fitted_ = true;
     return *this;
   }
@@ -275,6 +325,11 @@ class KMeans {
     require_fitted();
     return step_times_;
   }
+  /// Wall time of the last fit's phases (zero after set_cluster_centers).
+  const FitTimes& fit_times() const {
+    require_fitted();
+    return fit_times_;
+  }
   bool fitted() const { return fitted_; }
   const KMeansParams& params() const { return params_; }
   const Backend& backend() const { return backend_; }
@@ -298,6 +353,7 @@ class KMeans {
   int n_iter_ = 0;
   double iteration_seconds_ = 0.0;
   algorithms::StepTimes step_times_;
+  FitTimes fit_times_;
   bool fitted_ = false;
 };
 

@@ -555,7 +555,7 @@ class HostPlusPlus {
 template <class T>
 Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
   kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k));
-  return kmeans_detail::plus_plus_loop<T>(engine, X, w, k, rng);
+  return kmeans_detail::plus_plus_loop<T>(engine, ShiftedView<T>(X), w, k, rng);
 }
 
 }  // namespace gpuml::host

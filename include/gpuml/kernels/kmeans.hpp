@@ -8,6 +8,7 @@
 #include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/kernels/distance.hpp>
+#include <gpuml/kernels/resident_samples.hpp>
 #include <gpuml/shaders/kmeans_inertia.h>
 #include <gpuml/shaders/kmeans_lloyd.h>
 #include <gpuml/shaders/kmeans_reduce.h>
@@ -126,8 +127,10 @@ inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info) {
 template <class T, class Policy>
 class LloydEngine {
  public:
-  LloydEngine(vulkan::Device& device, MatrixView<T> X, const T* weights, std::uint32_t k,
-              KMeansEStep e_step = KMeansEStep::plain)
+  /// `resident`: where the fit keeps its samples on the device (taken from there when an earlier engine of the fit
+  /// left them in this layout, else uploaded and left there); null: this engine's own upload.
+  LloydEngine(vulkan::Device& device, ShiftedView<T> X, const T* weights, std::uint32_t k,
+              KMeansEStep e_step = KMeansEStep::plain, ResidentSamples<T>* resident = nullptr)
       : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
     require_scalar_support<T>(device);
     const auto& info = device.info();
@@ -181,15 +184,15 @@ class LloydEngine {
       for (auto& b : slice_x_) b = device.buffer(slice_rows_ * d_ * s, vulkan::MemoryUse::device, true);
       for (auto& b : slice_w_) b = device.buffer(slice_rows_ * s, vulkan::MemoryUse::device, true);
     }
-    for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) {
+    for (ResidentChunk& placed : place_samples<T>(device, X, weights, chunk, samples, streamed_, resident)) {
       Chunk c;
-      c.first = r0;
-      c.rows = std::min(chunk, n_ - r0);
+      c.first = placed.first;
+      c.rows = placed.rows;
       c.groups = chunk_groups(c.rows);
       c.partial_base = parts_;
       parts_ += c.groups;
-      c.x = device.buffer(c.rows * d_ * s, samples, streamed_);
-      c.w = device.buffer(c.rows * s, samples, streamed_);
+      c.x = std::move(placed.x);
+      c.w = std::move(placed.w);
       c.labels = device.buffer(c.rows * 4);
       if (plan_.bounds) {
         c.bounds = device.buffer(c.rows * 4 * s);
@@ -197,8 +200,6 @@ class LloydEngine {
         const std::uint64_t per_group = ceil_div(c.rows, std::uint64_t(plan_.threads) * c.groups) * plan_.threads;
         c.list = device.buffer((c.groups + c.groups * per_group) * 4);
       }
-      vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
-      if (weights) vulkan::upload(device, c.w, 0, weights + r0, c.rows * s);
       chunks_.push_back(std::move(c));
     }
     centres_ = device.buffer(std::uint64_t(k) * d_ * s);
@@ -318,7 +319,7 @@ class LloydEngine {
           for (auto& c : chunks_) {
             const auto first = static_cast<std::uint32_t>(std::uint64_t(c.groups) * part / parts);
             const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
-            dispatch_stage(cmds, *stages[stage], c, c.x, c.w, push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
+            dispatch_stage(cmds, *stages[stage], c, *c.x, *c.w, push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
           }
           if (++done < steps && parts > 1) {
             cmds.timestamp(1);
@@ -402,7 +403,7 @@ class LloydEngine {
     for (auto& c : chunks_) {
       const inertia_interface::Push push{
           .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centres = k_};
-      cmds.dispatch(*inertia_, {c.x, c.w, c.labels, centres_, inertia_parts_}, push, c.groups);
+      cmds.dispatch(*inertia_, {*c.x, *c.w, c.labels, centres_, inertia_parts_}, push, c.groups);
       groups_total += c.groups;
     }
     cmds.barrier();
@@ -416,9 +417,14 @@ class LloydEngine {
 
   /// The current labels, downloaded (n values: only for relocation, which is rare, and the end of a fit).
   const Labels& labels() {
-    labels_.resize(static_cast<Eigen::Index>(n_));
-    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, labels_.data() + c.first, c.rows * 4);
+    labels_ = take_labels();
     return labels_;
+  }
+  /// The current labels, downloaded into a vector of the caller's (the end of a fit: no copy of n labels after).
+  Labels take_labels() const {
+    Labels out(static_cast<Eigen::Index>(n_));
+    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, out.data() + c.first, c.rows * 4);
+    return out;
   }
 
  private:
@@ -426,7 +432,8 @@ class LloydEngine {
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
-    vulkan::Buffer x, w, labels, bounds, list;
+    std::shared_ptr<const vulkan::Buffer> x, w;  // the samples, shared with the fit's other engines
+    vulkan::Buffer labels, bounds, list;
   };
 
   /// The slices of a streamed E-step (every chunk's, in slices of whole sample tiles).
@@ -446,8 +453,8 @@ class LloydEngine {
   }
   void copy_slice(vulkan::Commands& cmds, const Slice& sl, std::size_t buffer) const {
     const std::uint64_t s = sizeof(T);
-    cmds.copy(sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
-    cmds.copy(sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
+    cmds.copy(*sl.chunk->x, sl.row0 * d_ * s, slice_x_[buffer], 0, sl.rows * d_ * s);
+    cmds.copy(*sl.chunk->w, sl.row0 * s, slice_w_[buffer], 0, sl.rows * s);
   }
   /// The E-step of one slice, read from slice buffer `buffer`.
   template <class PushFor>
@@ -575,20 +582,24 @@ class LloydEngine {
 /// (algorithms::lloyd_loop holds the rest of the algorithm, shared with the host engine). `e_step`: which E-step
 /// (LloydEngine says; every choice gives the same result bit for bit).
 template <class T, class Policy = kmeans_default_policy>
-algorithms::LloydResult<T> lloyd(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
+algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                                  int max_iter, double tol_absolute, bool verbose,
                                  const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
-                                 KMeansEStep e_step = KMeansEStep::automatic) {
-  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step);
+                                 KMeansEStep e_step = KMeansEStep::automatic, ResidentSamples<T>* resident = nullptr) {
+  const auto start = std::chrono::steady_clock::now();
+  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step, resident);
   engine.reset_labels();
   engine.set_keep_going(keep_going);
-  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto r = algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+  r.setup_seconds = setup;
+  return r;
 }
 
 /// lloyd with the rows sharded across several devices: contiguous ranges of about n / devices rows, one
 /// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine).
 template <class T, class Policy = kmeans_default_policy>
-algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, VectorView<T> w,
+algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
                                          const IterationCallback& on_iteration = {},
                                          KMeansEStep e_step = KMeansEStep::automatic) {
@@ -613,7 +624,7 @@ template <class T, class Policy = kmeans_default_policy>
 Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
   LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
   engine.assign(centers);
-  return engine.labels();
+  return engine.take_labels();
 }
 
 /// Euclidean distances of every row of X to every centre (KMeans.transform), from differences (exactly 0 where a

@@ -12,6 +12,7 @@
 
 #include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
+#include <gpuml/kernels/resident_samples.hpp>
 #include <gpuml/shaders/kmeans_plus_plus.h>
 #include <gpuml/shaders/kmeans_plus_plus_f32.hpp>
 #include <gpuml/shaders/kmeans_plus_plus_f64.hpp>
@@ -45,7 +46,9 @@ class PlusPlusEngine {
   static_assert(kBlock == algorithms::kPlusPlusBlock, "the host and device engines sample the same blocks");
 
   /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).
-  PlusPlusEngine(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int n_trials, std::uint64_t max_chunk_bytes = 0)
+  /// `resident`: where the fit keeps its samples on the device (see LloydEngine).
+  PlusPlusEngine(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int n_trials, std::uint64_t max_chunk_bytes = 0,
+                 ResidentSamples<T>* resident = nullptr)
       : dev_(device), w_(w), n_(X.rows()), d_(X.cols()), trials_(static_cast<std::uint32_t>(n_trials)) {
     require_scalar_support<T>(device);
     const std::uint64_t s = sizeof(T);
@@ -58,19 +61,17 @@ class PlusPlusEngine {
     const std::uint64_t budget = device_memory_budget(device.info());
     streamed_ = budget && n_ * (d_ + 2) * s > budget;
     const vulkan::MemoryUse samples = streamed_ ? vulkan::MemoryUse::host : vulkan::MemoryUse::device;
-    for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk_rows_) {
+    for (ResidentChunk& placed : place_samples<T>(device, X, w.data(), chunk_rows_, samples, false, resident)) {
       Chunk c;
-      c.first = r0;
-      c.rows = std::min(chunk_rows_, n_ - r0);
+      c.first = placed.first;
+      c.rows = placed.rows;
       c.groups = static_cast<std::uint32_t>(
           std::min<std::uint64_t>({kMaxGroups, ceil_div(c.rows, kBlock), device.info().max_workgroup_count[0]}));
       c.partial_base = parts_;
       parts_ += c.groups;
-      c.x = device.buffer(c.rows * d_ * s, samples);
-      c.w = device.buffer(c.rows * s, samples);
+      c.x = std::move(placed.x);
+      c.w = std::move(placed.w);
       c.closest = device.buffer(c.rows * s);
-      vulkan::upload_rows<T>(device, c.x, 0, X, r0, r0 + c.rows);
-      vulkan::upload(device, c.w, 0, w.data() + r0, c.rows * s);
       chunks_.push_back(std::move(c));
     }
     block_sums_.resize(ceil_div(n_, kBlock));
@@ -105,7 +106,7 @@ class PlusPlusEngine {
     for (auto& c : chunks_) {
       const plus_plus_interface::Push push{
           .rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.partial_base, .candidate = 0, .first = 0};
-      cmds.dispatch(*potentials_, {c.x, c.w, c.closest, cand_, partials_}, push, c.groups);
+      cmds.dispatch(*potentials_, {*c.x, *c.w, c.closest, cand_, partials_}, push, c.groups);
     }
     cmds.barrier();
     cmds.copy(partials_, 0, readback_, 0, std::uint64_t(parts_) * trials_ * sizeof(T));
@@ -155,7 +156,8 @@ class PlusPlusEngine {
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
-    vulkan::Buffer x, w, closest;
+    std::shared_ptr<const vulkan::Buffer> x, w;  // the samples, shared with the fit's other engines
+    vulkan::Buffer closest;
   };
 
   /// The chunk holding sampling block b, the block's first row inside it, and its row count.
@@ -181,7 +183,7 @@ class PlusPlusEngine {
       const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups,
                                            .out_base = std::uint32_t(c.first / kBlock), .candidate = t,
                                            .first = first ? 1u : 0u};
-      cmds.dispatch(*commit_, {c.x, c.w, c.closest, cand_, block_mass_}, push, c.groups);
+      cmds.dispatch(*commit_, {*c.x, *c.w, c.closest, cand_, block_mass_}, push, c.groups);
     }
     cmds.barrier();
     cmds.copy(block_mass_, 0, readback_, 0, block_sums_.size() * sizeof(T));
@@ -205,9 +207,9 @@ class PlusPlusEngine {
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.
 template <class T>
-Matrix<T> kmeans_plus_plus(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
-                           std::uint64_t max_chunk_bytes = 0) {
-  PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes);
+Matrix<T> kmeans_plus_plus(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
+                           std::uint64_t max_chunk_bytes = 0, ResidentSamples<T>* resident = nullptr) {
+  PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes, resident);
   return algorithms::plus_plus_loop<T>(engine, X, w, k, rng);
 }
 

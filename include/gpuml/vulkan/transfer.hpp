@@ -28,15 +28,21 @@ inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
 }
 }  // namespace transfer_detail
 
-/// Host to buffer. Through two staging buffers in turn, so filling one overlaps the device's copy of the other.
-inline void upload(Device& device, const Buffer& dst, VkDeviceSize offset, const void* src, std::size_t bytes) {
+/// Host to buffer, where `fill(to, begin, count)` writes the source's bytes [begin, begin + count) at `to` (on the
+/// host threads, as it likes): a fill of the mapped buffer where it is mapped (unified memory), otherwise of two
+/// staging buffers in turn, so filling one overlaps the device's copy of the other. Every fill but the last covers a
+/// whole number of `granule` bytes (a row, for fills that compute what they write).
+template <class Fill>
+void upload_filled(Device& device, const Buffer& dst, VkDeviceSize offset, std::size_t bytes, std::size_t granule,
+                   Fill&& fill) {
   if (bytes == 0) return;
   if (offset + bytes > dst.size()) throw error("upload past the end of a buffer");
   if (void* p = dst.mapped()) {
-    transfer_detail::copy_bytes(static_cast<char*>(p) + offset, src, bytes);
+    fill(static_cast<char*>(p) + offset, std::size_t{0}, bytes);
     return;
   }
-  const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingChunk);
+  granule = std::max<std::size_t>(granule, 1);
+  const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, std::max<VkDeviceSize>(kStagingChunk / granule, 1) * granule);
   const int slots = bytes > chunk ? 2 : 1;
   std::vector<Buffer> staging;
   std::vector<std::unique_ptr<Commands>> cmds;
@@ -49,11 +55,18 @@ inline void upload(Device& device, const Buffer& dst, VkDeviceSize offset, const
     const std::size_t n = std::min<std::size_t>(chunk, bytes - done);
     cmds[slot]->wait();
     cmds[slot]->reset();
-    transfer_detail::copy_bytes(staging[slot].mapped(), static_cast<const char*>(src) + done, n);
+    fill(staging[slot].mapped(), done, n);
     cmds[slot]->copy(staging[slot], 0, dst, offset + done, n);
     cmds[slot]->submit();
   }
   for (auto& c : cmds) c->wait();
+}
+
+/// Host to buffer: `bytes` bytes from `src`.
+inline void upload(Device& device, const Buffer& dst, VkDeviceSize offset, const void* src, std::size_t bytes) {
+  upload_filled(device, dst, offset, bytes, 1, [&](void* to, std::size_t begin, std::size_t count) {
+    transfer_detail::copy_bytes(to, static_cast<const char*>(src) + begin, count);
+  });
 }
 
 /// Buffer to host, through two staging buffers in turn (the device fills one while the host reads the other).
@@ -120,9 +133,36 @@ void upload_rows(Device& device, const Buffer& dst, VkDeviceSize offset, const V
     upload(device, dst, offset, X.data() + row_begin * X.outerStride(), sizeof(Scalar) * rows * cols);
     return;
   }
-  std::vector<Scalar> packed(static_cast<std::size_t>(rows * cols));
-  pack_rows<Scalar>(X, row_begin, row_end, packed.data());
-  upload(device, dst, offset, packed.data(), packed.size() * sizeof(Scalar));
+  const std::size_t row_bytes = sizeof(Scalar) * static_cast<std::size_t>(cols);
+  upload_filled(device, dst, offset, row_bytes * static_cast<std::size_t>(rows), row_bytes,
+                [&](void* to, std::size_t begin, std::size_t count) {
+                  const auto first = row_begin + static_cast<Eigen::Index>(begin / row_bytes);
+                  pack_rows<Scalar>(X, first, first + static_cast<Eigen::Index>(count / row_bytes), static_cast<Scalar*>(to));
+                });
+}
+
+/// Rows [row_begin, row_end) of X less its shift (ShiftedView), into a buffer of T: the subtraction happens as the
+/// rows are written, rounded as X.rowwise() - shift would be, so the device holds the centred rows without a centred
+/// copy of X on the host.
+template <class T>
+void upload_shifted_rows(Device& device, const Buffer& dst, VkDeviceSize offset, const ShiftedView<T>& X,
+                         Eigen::Index row_begin, Eigen::Index row_end) {
+  if (!X.shift) {
+    upload_rows<T>(device, dst, offset, X.X, row_begin, row_end);
+    return;
+  }
+  const Eigen::Index cols = X.cols();
+  const std::size_t row_bytes = sizeof(T) * static_cast<std::size_t>(cols);
+  const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> shift(X.shift, cols);
+  upload_filled(device, dst, offset, row_bytes * static_cast<std::size_t>(row_end - row_begin), row_bytes,
+                [&](void* to, std::size_t begin, std::size_t count) {
+                  const auto first = row_begin + static_cast<Eigen::Index>(begin / row_bytes);
+                  const auto rows = static_cast<Eigen::Index>(count / row_bytes);
+                  parallel_chunks(rows, 1 << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+                    Eigen::Map<Matrix<T>>(static_cast<T*>(to) + b * cols, e - b, cols) =
+                        X.X.middleRows(first + b, e - b).rowwise() - shift;
+                  });
+                });
 }
 
 }  // namespace gpuml::vulkan
