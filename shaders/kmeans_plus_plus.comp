@@ -29,6 +29,33 @@ layout(std430, binding = kBindingOut) writeonly buffer OutBuf { scalar out_[]; }
 
 shared scalar red[THREADS];
 
+// The commit's rows are staged in shared memory, a round at a time, with coalesced loads where they fit 12 KiB: a
+// thread reading its own row straight from X strides by D across the subgroup, so each load touches D cache lines.
+// Only the loads change; the arithmetic and its order are the same either way. (The potentials do TRIALS times more
+// arithmetic per value loaded; staging made them slower, the barriers costing more than the loads saved.)
+#ifdef GPUML_F64
+const uint kStagedLimit = 1536u;
+#else
+const uint kStagedLimit = 3072u;
+#endif
+const uint kStagedElements = MODE == kModeCommit ? THREADS * D : 0u;
+const bool STAGED = kStagedElements - 1u < kStagedLimit;  // 1 to kStagedLimit elements (0 wraps past the limit)
+shared scalar xs[STAGED ? THREADS * D : 1u];
+
+// Stages rows [base, base + THREADS) of the chunk (zeros past its end). Every invocation of the workgroup calls it.
+void stage_rows(uint base) {
+  if (STAGED) {
+    barrier();  // the previous round's reads are done
+    const uint first = base * D, end = p.rows * D;
+    for (uint e = gl_LocalInvocationID.x; e < THREADS * D; e += THREADS)
+      xs[e] = first + e < end ? X[first + e] : scalar(0);
+    barrier();
+  }
+}
+
+// Feature f of row i, this invocation's row of the round stage_rows staged.
+scalar x_at(uint i, uint f) { return STAGED ? xs[gl_LocalInvocationID.x * D + f] : X[i * D + f]; }
+
 // The group's sum of v, in a fixed tree order.
 scalar group_sum(scalar v) {
   const uint t = gl_LocalInvocationID.x;
@@ -71,11 +98,12 @@ void commit(uint g, uint ntiles) {
   for (uint tile = g; tile < ntiles; tile += p.groups) {
     scalar mass = scalar(0);
     for (uint s = 0; s < SPT; ++s) {
+      stage_rows(tile * TILE + s * THREADS);
       const uint i = tile * TILE + s * THREADS + gl_LocalInvocationID.x;
       if (i >= p.rows) continue;
       scalar d2 = scalar(0);
       for (uint f = 0; f < D; ++f) {
-        const scalar diff = X[i * D + f] - cand[p.candidate * D + f];
+        const scalar diff = x_at(i, f) - cand[p.candidate * D + f];
         d2 = fma(diff, diff, d2);
       }
       const scalar c = p.first != 0 ? d2 : min(closest[i], d2);

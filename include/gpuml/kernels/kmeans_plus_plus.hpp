@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -101,7 +102,7 @@ class PlusPlusEngine {
   void start(const Matrix<T>& centre) { commit(&centre, 0); }
 
   std::vector<double> potentials(const Matrix<T>& cand) {
-    vulkan::Commands cmds(dev_);
+    vulkan::Commands& cmds = commands();
     stage_candidates(cmds, cand);
     for (auto& c : chunks_) {
       const plus_plus_interface::Push push{
@@ -133,7 +134,7 @@ class PlusPlusEngine {
     const std::uint64_t s = sizeof(T);
     for (std::size_t begin = 0; begin < todo.size(); begin += trials_) {  // the readback buffer holds trials_ blocks
       const std::size_t end = std::min<std::size_t>(todo.size(), begin + trials_);
-      vulkan::Commands cmds(dev_);
+      vulkan::Commands& cmds = commands();
       for (std::size_t j = begin; j < end; ++j) {
         const auto [chunk, row, rows] = locate(todo[j]);
         cmds.copy(chunk->closest, row * s, readback_, (j - begin) * kBlock * s, rows * s);
@@ -167,6 +168,14 @@ class PlusPlusEngine {
     return {&c, first - c.first, std::min(kBlock, c.first + c.rows - first)};
   }
 
+  /// The engine's one command buffer, ready to record: a round makes three short round trips, and a command pool,
+  /// fence and descriptor pools of their own for each would cost more than the copies they carry.
+  vulkan::Commands& commands() {
+    if (!commands_) commands_ = std::make_unique<vulkan::Commands>(dev_);
+    else commands_->reset();
+    return *commands_;
+  }
+
   void stage_candidates(vulkan::Commands& cmds, const Matrix<T>& cand) {
     std::copy_n(cand.data(), cand.size(), static_cast<T*>(cand_staging_.mapped()));
     cmds.copy(cand_staging_, 0, cand_, 0, std::uint64_t(cand.size()) * sizeof(T));
@@ -176,7 +185,7 @@ class PlusPlusEngine {
   /// closest = min(closest, ||x - cand_t||^2), or with `first` the distances to that single centre; then the
   /// blocks' mass sums come back and the blocks read in the last round are forgotten.
   void commit(const Matrix<T>* first, std::uint32_t t) {
-    vulkan::Commands cmds(dev_);
+    vulkan::Commands& cmds = commands();
     if (first) stage_candidates(cmds, *first);
     else cmds.barrier();  // after the last round's reads of closest
     for (auto& c : chunks_) {
@@ -203,6 +212,7 @@ class PlusPlusEngine {
   std::map<std::int64_t, std::vector<double>> masses_;  // per-sample masses of the blocks read this round
   vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_;
   vulkan::KernelRef potentials_, commit_;
+  std::unique_ptr<vulkan::Commands> commands_;
 };
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.
