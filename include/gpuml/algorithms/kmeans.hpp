@@ -622,23 +622,35 @@ Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, int 
 template <class T>
 Matrix<T> random_init(ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
   const std::int64_t n = X.rows();
-  std::vector<double> p(static_cast<std::size_t>(n)), cdf(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(w[i]);
-  std::vector<std::int64_t> found;
+  // The cumulative masses, numpy's cumsum of p: one sequential sum in double, the chosen samples adding zero. Pages
+  // are first touched on the host threads; every entry is written before it is read.
+  std::unique_ptr<double[]> cdf(new double[static_cast<std::size_t>(n)]);
+  parallel_chunks(n, kRowChunk, [&](std::int64_t, std::int64_t b, std::int64_t e) { std::fill(&cdf[b], &cdf[e], 0.0); });
+  std::vector<std::int64_t> found, chosen;  // chosen: found, sorted
   found.reserve(static_cast<std::size_t>(k));
+  auto mass = [&](std::int64_t i) {
+    return std::binary_search(chosen.begin(), chosen.end(), i) ? 0.0 : static_cast<double>(w[i]);
+  };
   while (static_cast<int>(found.size()) < k) {
     const int need = k - static_cast<int>(found.size());
     std::vector<double> u(static_cast<std::size_t>(need));
     for (auto& x : u) x = uniform01(rng);
-    for (std::int64_t f : found) p[f] = 0;
+    chosen = found;
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
     double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) cdf[i] = (s += p[i]);
+    std::int64_t i = 0;
+    for (const std::int64_t c : chosen) {  // the runs between chosen samples, then the chosen one's zero
+      for (; i < c; ++i) cdf[i] = (s += static_cast<double>(w[i]));
+      cdf[i++] = (s += 0.0);
+    }
+    for (; i < n; ++i) cdf[i] = (s += static_cast<double>(w[i]));
     if (!(s > 0)) break;
     std::vector<std::int64_t> drawn;
     for (double x : u) {
-      std::int64_t idx = std::upper_bound(cdf.begin(), cdf.end(), x * s) - cdf.begin();
+      std::int64_t idx = std::upper_bound(cdf.get(), cdf.get() + n, x * s) - cdf.get();
       if (idx >= n) idx = n - 1;
-      while (idx > 0 && !(p[idx] > 0)) --idx;
+      while (idx > 0 && !(mass(idx) > 0)) --idx;
       if (std::find(drawn.begin(), drawn.end(), idx) == drawn.end()) drawn.push_back(idx);
     }
     for (std::int64_t idx : drawn) found.push_back(idx);
