@@ -284,12 +284,8 @@ void relocate_empty_clusters(const ShiftedView<T>& X, const VectorView<T>& w, co
   parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     std::vector<T> row(static_cast<std::size_t>(d));
     for (std::int64_t i = b; i < e; ++i) {
-      const T* x = X.X.data() + i * X.X.outerStride();
-      if (X.shift) {
-        for (std::int64_t f = 0; f < d; ++f) row[f] = x[f] - X.shift[f];
-        x = row.data();
-      }
-      dist[i] = sq_dist(x, centers_old.data() + std::int64_t{labels[i]} * d, d);
+      for (std::int64_t f = 0; f < d; ++f) row[f] = X(i, f);
+      dist[i] = sq_dist(row.data(), centers_old.data() + std::int64_t{labels[i]} * d, d);
     }
   });
   if (*std::max_element(dist.begin(), dist.end()) == T(0)) return;  // more clusters than distinct points

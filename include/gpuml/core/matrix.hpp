@@ -1,6 +1,8 @@
 // Data in and out of gpuml: row-major Eigen matrices of float or double, taken as Eigen::Ref views.
 #pragma once
 
+#include <gpuml/core/parallel.hpp>
+
 #include <Eigen/Core>
 #include <cstdint>
 #include <type_traits>
@@ -36,6 +38,16 @@ struct ShiftedView {
   Eigen::Index cols() const { return X.cols(); }
   T operator()(Eigen::Index i, Eigen::Index j) const { return shift ? T(X(i, j) - shift[j]) : X(i, j); }
   ShiftedView middleRows(Eigen::Index first, Eigen::Index count) const { return {X.middleRows(first, count), shift}; }
+  /// Rows [first, first + count), shifted, written contiguously at `out` (count x cols), in blocks on the host
+  /// threads: the one place X - shift is formed in bulk (the upload to a device, the host engines' centred copy).
+  void copy_rows(Eigen::Index first, Eigen::Index count, T* out) const {
+    const Eigen::Index d = X.cols();
+    parallel_chunks(count, std::int64_t(1) << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      auto to = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(out + b * d, e - b, d);
+      if (shift) to = X.middleRows(first + b, e - b).rowwise() - Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(shift, d);
+      else to = X.middleRows(first + b, e - b);
+    });
+  }
   /// Row i, shifted, as a 1 x d row vector.
   Eigen::Matrix<T, 1, Eigen::Dynamic> row(Eigen::Index i) const {
     Eigen::Matrix<T, 1, Eigen::Dynamic> r = X.row(i);

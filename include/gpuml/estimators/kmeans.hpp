@@ -41,10 +41,7 @@ template <class T, class Fn>
 decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
   if (!X.shift) return fn(X.X);
   Matrix<T> Xc(X.rows(), X.cols());
-  const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> shift(X.shift, X.cols());
-  parallel_chunks(X.rows(), algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-    Xc.middleRows(begin, end - begin) = X.X.middleRows(begin, end - begin).rowwise() - shift;
-  });
+  X.copy_rows(0, X.rows(), Xc.data());
   return fn(MatrixView<T>(Xc));
 }
 

@@ -151,17 +151,11 @@ void upload_shifted_rows(Device& device, const Buffer& dst, VkDeviceSize offset,
     upload_rows<T>(device, dst, offset, X.X, row_begin, row_end);
     return;
   }
-  const Eigen::Index cols = X.cols();
-  const std::size_t row_bytes = sizeof(T) * static_cast<std::size_t>(cols);
-  const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> shift(X.shift, cols);
+  const std::size_t row_bytes = sizeof(T) * static_cast<std::size_t>(X.cols());
   upload_filled(device, dst, offset, row_bytes * static_cast<std::size_t>(row_end - row_begin), row_bytes,
                 [&](void* to, std::size_t begin, std::size_t count) {
-                  const auto first = row_begin + static_cast<Eigen::Index>(begin / row_bytes);
-                  const auto rows = static_cast<Eigen::Index>(count / row_bytes);
-                  parallel_chunks(rows, 1 << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-                    Eigen::Map<Matrix<T>>(static_cast<T*>(to) + b * cols, e - b, cols) =
-                        X.X.middleRows(first + b, e - b).rowwise() - shift;
-                  });
+                  X.copy_rows(row_begin + static_cast<Eigen::Index>(begin / row_bytes),
+                              static_cast<Eigen::Index>(count / row_bytes), static_cast<T*>(to));
                 });
 }
 
