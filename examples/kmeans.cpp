@@ -318,6 +318,10 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
       if (dt.e_steps > 0 && dt.e_step_ms >= 0) {
         j["device_e_step_ms"] = dt.e_step_ms / dt.e_steps;
         j["device_reduce_ms"] = dt.reduce_ms / dt.e_steps;
+        if (dt.stage_timed_steps > 0 && dt.check_ms >= 0) {  // the bounded step's dispatches, per E-step
+          const double steps = dt.stage_timed_steps;
+          j["device_stage_ms"] = {{"check", dt.check_ms / steps}, {"search", dt.search_ms / steps}, {"sums", dt.sums_ms / steps}};
+        }
         j["device_e_step_each_ms"] = dt.e_step_each_ms;
         j["device_searched_each"] = dt.e_step_searched;
       }

@@ -9,14 +9,13 @@
 // Persistent workgroups: group g takes sample tiles g, g + groups, ... in order. Distances come from register
 // tiles (SPT samples x KT centres per thread); the centres sit in shared memory when they all fit (KS x DS),
 // else they are read from global memory, the same address for every thread.
-// Partial sums are deterministic without float atomics: per round of THREADS samples every sample sets one bit in
-// its cluster's mask. In a plain round the thread owning a cluster walks its bits in index order. In a crowded
-// round (some cluster holds more than CROWDED of the round's samples: few clusters, or a poor init) every cluster
-// with two or more samples is split instead: each of its (cluster, feature) pairs is walked in index order by one
-// thread, so one crowded cluster does not serialise the workgroup on its owner. Measured on the H200 (50M samples,
-// d = 14, steady iterations, against never splitting): k = 8 (about 16 samples per cluster and round) 3.8 against
-// 6.4 ms; k = 32 5.5 against 5.0 ms and k = 127 8.06 against 7.92 ms (the extra pass and splits that do not pay);
-// splitting every round instead is slower still there (6.0 and 9.5 ms).
+// Partial sums are deterministic without float atomics: each workgroup adds its samples to its own sums in index
+// order, a batch of ROUNDS rounds of THREADS samples at a time, every sample setting one bit in its cluster's mask.
+// Where each cluster has few members in the batch, the thread owning a cluster walks its bits, reading each
+// member's row whole. Otherwise (a crowded batch: few clusters, or a poor init; more clusters than threads; wide
+// rows) the batch is sorted by cluster in shared memory (a sample's rank is the count of its cluster's bits before
+// it) and one thread per (cluster, feature) pair walks the cluster's members, so that no owner serialises the
+// workgroup and the lanes of one cluster read its members' rows together. Both walks add in the same order.
 //
 // The bounded E-step returns exactly what the plain one returns, with far fewer distances once the centres move
 // little (Hamerly's bounds, kept conservative in floating point). Each sample keeps an upper bound u on its distance
@@ -43,14 +42,21 @@ layout(constant_id = kSpecFeatures) const uint D = 2;            // features
 layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(constant_id = kSpecStage) const uint STAGE = kStageFull;
+layout(constant_id = kSpecSumRounds) const uint ROUNDS = 1;     // rounds of THREADS samples per batch of sums; divides SPT
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
 const uint NDS = (D + DS - 1) / DS;
 const uint KT_PER_KS = KS / KT;
-const uint WORDS = THREADS / 32;
+const uint BATCH = THREADS * ROUNDS;
+const uint BW = BATCH / 32;  // mask words per cluster
 const uint DW = D + 1;  // a partial row: D weighted sums, then the weight
 const uint TILE = THREADS * SPT;
+const uint MAX_PRESENT = K < BATCH ? K : BATCH;  // clusters with members in one batch, at most
+// A batch's sums walked by one owner per cluster (each reads its members' rows whole) unless some cluster has
+// more than CROWDED members there; many clusters or features are always walked by (cluster, feature) pairs.
+const uint OWNERS = K <= THREADS ? (DW <= 32u ? 1u : 0u) : 0u;
+const uint CROWDED = 256u / DW > 1u ? 256u / DW : 1u;
 const uint DS4 = (DS + 3) / 4;  // a shared centre row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
 
 layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
@@ -71,20 +77,32 @@ const uint kDriftCentres = 2u * K + 1u;
 // The bounded step's uncertain samples, listed by the workgroup that checked them (no global atomics): listed[g]
 // counts workgroup g's, whose chunk rows are at list_segment(g).
 layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
+// dirty[g]: a label of workgroup g's samples changed since g last added its partial sums (set by the search, cleared
+// by the sums). The partial sums are a function of the labels alone, so a clean workgroup's are still the sums of
+// its samples, bit for bit, and the bounded step does not add them again.
+layout(std430, binding = kBindingDirty) buffer DirtyBuf { uint dirty[]; };
 // The rows one workgroup checks: a chunk row of every THREADS * groups, THREADS at a time.
 uint segment_capacity() { return (p.rows + THREADS * p.groups - 1u) / (THREADS * p.groups) * THREADS; }
 uint list_segment(uint g) { return p.groups + g * segment_capacity(); }
 shared uint segment_count;
 
 
-shared scalar4 Cs[KS * DS4];
-shared scalar Cn[KS];
-shared uint masks[K * WORDS];
-const uint CROWDED = 256u / DW > 1u ? 256u / DW : 1u;  // members of one cluster that make a round crowded
-shared uint crowded[THREADS / 2u + 1u];  // the round's clusters with two or more samples
-shared uint crowded_count;
-shared uint round_crowded;
-shared scalar Acc[K * DW * ACC_SHARED + 1];
+// Each stage declares only the shared memory it uses (more workgroups fit): the centre tile for the searches, the
+// partial sums' arrays for the steps that add them.
+const uint SEARCHES = STAGE == kStageFull ? 1u : (STAGE == kStageSearch ? 1u : 0u);
+const uint ADDS = STAGE == kStageFull ? 1u : (STAGE == kStageSums ? 1u : 0u);
+shared scalar4 Cs[KS * DS4 * SEARCHES + 1];
+shared scalar Cn[KS * SEARCHES + 1];
+// The partial sums of one batch of ROUNDS rounds: a bit per sample in its cluster's mask, then the batch's positions
+// sorted by cluster (index order within each), every cluster's range of them, and the clusters with members.
+shared uint masks[K * BW * ADDS + 1];
+shared uint sorted_positions[BATCH * ADDS + 1];
+shared uint cluster_range[K * ADDS + 1];  // first sorted position | members << 16
+shared uint present[MAX_PRESENT * ADDS + 1];
+shared uint present_count;
+shared uint batch_members;
+shared uint batch_crowded;
+shared scalar Acc[K * DW * ACC_SHARED * ADDS + 1];
 shared uint group_changed;
 
 scalar xr[SPT * DS];  // this thread's samples of the tile (all features when NDS == 1)
@@ -209,6 +227,7 @@ void main() {
     return;
   }
   const bool sums_only = STAGE == kStageSums;
+  if (sums_only && p.bounds_mode == kBoundsUse && dirty[g] == 0u) return;  // uniform in the workgroup
   const bool update = p.update != 0 && STAGE != kStageSearch;
 
   // Zeroed here, summed by the cluster's owner or the thread of a (cluster, feature) pair, written out at the end.
@@ -308,6 +327,7 @@ void main() {
         if (labels[i] != best_c[s]) {
           any_changed = true;
           labels[i] = best_c[s];
+          if (STAGE == kStageSearch) dirty[(i / TILE) % p.groups] = 1u;
         }
       }
       if (STAGE == kStageSearch)
@@ -321,62 +341,82 @@ void main() {
     }
 
     if (update)
-      for (uint r = 0; r < SPT; ++r) {
-        acc_barrier();  // the previous round's sums are done
-        for (uint e = t; e < K * WORDS; e += THREADS) masks[e] = 0u;
+      for (uint b = 0; b < SPT / ROUNDS; ++b) {
+        // Batch b: rounds b * ROUNDS ... of this tile, positions q = (round - b * ROUNDS) * THREADS + t.
+        acc_barrier();  // the last batch's walks are done (their sums, lists and counts)
+        for (uint e = t; e < K * BW; e += THREADS) masks[e] = 0u;
         if (t == 0) {
-          crowded_count = 0u;
-          round_crowded = 0u;
+          present_count = 0u;
+          batch_members = 0u;
+          batch_crowded = 0u;
         }
         barrier();
-        if (base + r * THREADS + t < p.rows) atomicOr(masks[best_c[r] * WORDS + (t >> 5)], 1u << (t & 31u));
-        barrier();
-        for (uint c = t; c < K; c += THREADS) {
-          uint members = 0u;
-          [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
-          if (members > CROWDED) atomicOr(round_crowded, 1u);
+        for (uint rl = 0; rl < ROUNDS; ++rl) {
+          const uint r = b * ROUNDS + rl, q = rl * THREADS + t;
+          if (base + r * THREADS + t < p.rows) atomicOr(masks[best_c[r] * BW + (q >> 5)], 1u << (q & 31u));
         }
+        const uint first = base + b * BATCH - p.x_row0;  // X and W row of the batch's position 0
         barrier();
-        const bool split = round_crowded != 0u;  // uniform
-        if (split) {  // list the clusters to split (plain rounds skip this pass and its barrier)
+        bool by_owner = OWNERS != 0u;
+        if (by_owner) {
           for (uint c = t; c < K; c += THREADS) {
             uint members = 0u;
-            [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
-            if (members > 1u) crowded[atomicAdd(crowded_count, 1u)] = c;  // the order varies; each sum does not
+            [[unroll]] for (uint w = 0; w < BW; ++w) members += uint(bitCount(masks[c * BW + w]));
+            if (members > CROWDED) atomicOr(batch_crowded, 1u);
           }
           barrier();
+          by_owner = batch_crowded == 0u;  // uniform
         }
+        if (by_owner) {
+          // The thread owning cluster c walks its bits in index order.
+          for (uint c = t; c < K; c += THREADS)
+            for (uint w = 0; w < BW; ++w) {
+              uint m = masks[c * BW + w];
+              while (m != 0u) {
+                const uint i = first + w * 32u + uint(findLSB(m));
+                m &= m - 1u;
+                const scalar wi = W[i];
+                for (uint f = 0; f < D; ++f) {
+                  precise scalar term = X[i * D + f] * wi;
+                  acc_add(region, c * DW + f, term);
+                }
+                acc_add(region, c * DW + D, wi);
+              }
+            }
+          continue;
+        }
+        // Otherwise the batch's positions are sorted by cluster: each cluster with members claims a range (the
+        // ranges' order varies; each cluster's members within its range do not), and each sample's place in it is
+        // the number of its cluster's members before it.
         for (uint c = t; c < K; c += THREADS) {
-          if (split) {
-            uint members = 0u;
-            [[unroll]] for (uint w = 0; w < WORDS; ++w) members += uint(bitCount(masks[c * WORDS + w]));
-            if (members > 1u) continue;  // split below
-          }
-          for (uint w = 0; w < WORDS; ++w) {
-            uint m = masks[c * WORDS + w];
-            while (m != 0u) {
-              const uint b = uint(findLSB(m));
-              m &= m - 1u;
-              const uint i = base + r * THREADS + w * 32u + b;
-              const scalar wi = W[i - p.x_row0];
-              for (uint f = 0; f < D; ++f) acc_add(region, c * DW + f, X[(i - p.x_row0) * D + f] * wi);
-              acc_add(region, c * DW + D, wi);
-            }
+          uint members = 0u;
+          [[unroll]] for (uint w = 0; w < BW; ++w) members += uint(bitCount(masks[c * BW + w]));
+          if (members != 0u) {
+            cluster_range[c] = atomicAdd(batch_members, members) | members << 16u;
+            present[atomicAdd(present_count, 1u)] = c;
           }
         }
-        const uint listed = split ? crowded_count : 0u;
-        for (uint e = t; e < listed * DW; e += THREADS) {
-          const uint c = crowded[e / DW], f = e % DW, index = c * DW + f;
-          // The running sum stays in a register: the chain of adds is the walk's critical path.
+        barrier();
+        for (uint rl = 0; rl < ROUNDS; ++rl) {
+          const uint r = b * ROUNDS + rl, q = rl * THREADS + t;
+          if (base + r * THREADS + t >= p.rows) continue;
+          const uint c = best_c[r], word = q >> 5;
+          uint rank = uint(bitCount(masks[c * BW + word] & ((1u << (q & 31u)) - 1u)));
+          for (uint w = 0; w < word; ++w) rank += uint(bitCount(masks[c * BW + w]));
+          sorted_positions[(cluster_range[c] & 0xFFFFu) + rank] = q;
+        }
+        barrier();
+        // One thread per (cluster, feature) pair adds the cluster's members in index order, so that one large
+        // cluster spreads over the workgroup; lanes taking one cluster's consecutive features read one sample row
+        // together. The running sum stays in a register.
+        for (uint e = t; e < present_count * DW; e += THREADS) {
+          const uint c = present[e / DW], f = e % DW, index = c * DW + f, range = cluster_range[c];
+          const uint begin = range & 0xFFFFu, end = begin + (range >> 16u);
           scalar sum = ACC_SHARED != 0 ? Acc[index] : partials[region + index];
-          [[unroll]] for (uint w = 0; w < WORDS; ++w) {  // unrolled: llvmpipe counts every loop iteration
-            uint m = masks[c * WORDS + w];
-            while (m != 0u) {
-              const uint b = uint(findLSB(m));
-              m &= m - 1u;
-              const uint i = base + r * THREADS + w * 32u + b;
-              sum += f < D ? X[(i - p.x_row0) * D + f] * W[i - p.x_row0] : W[i - p.x_row0];
-            }
+          for (uint m = begin; m < end; ++m) {
+            const uint i = first + sorted_positions[m];
+            precise scalar term = f < D ? X[i * D + f] * W[i] : W[i];
+            sum += term;
           }
           if (ACC_SHARED != 0) Acc[index] = sum;
           else partials[region + index] = sum;
@@ -388,6 +428,7 @@ void main() {
   if (update && ACC_SHARED != 0)
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) partials[region + c * DW + f] = Acc[c * DW + f];
+  if (sums_only && t == 0) dirty[g] = 0u;
   if (any_changed) atomicOr(group_changed, 1u);
   barrier();
   if (t == 0 && group_changed != 0u) atomicOr(status[0], kStatusLabelChanged);

@@ -267,6 +267,48 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
   }
 }
 
+// The partial sums on lattice data with integer weights, where every sum is exact in float: the engine's sums and
+// weights per cluster equal the host's from the engine's own labels, whichever way the kernel walks a batch of
+// samples (one owner per cluster; (cluster, feature) pairs for a crowded batch, for more clusters than threads, and
+// for wide rows), plain and bounded, over steps whose centres move. A member added twice or missed shows.
+TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
+  using T = TypeParam;
+  struct Shape {
+    Eigen::Index n, d;
+    std::uint32_t k;
+  };
+  for (const auto& dev : devices()) {
+    for (const Shape& shape : {Shape{12011, 14, 97}, Shape{9001, 5, 3}, Shape{7001, 6, 300}, Shape{3001, 40, 20}}) {
+      const Matrix<T> X = lattice_blobs<T>(shape.n, shape.d, shape.k, 950 + shape.k);
+      const Eigen::VectorX<T> w = integer_weights<T>(shape.n, 951 + shape.k);
+      for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
+        using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+        Engine engine(*dev.backend.device(), X, w.data(), shape.k, e_step);
+        engine.reset_labels();
+        Matrix<T> C = X.topRows(shape.k), sums;
+        Eigen::VectorX<T> weights;
+        for (int step = 0; step < 3; ++step) {
+          engine.e_step(C, sums, weights);
+          const Labels& labels = engine.labels();
+          Matrix<double> expected_sums = Matrix<double>::Zero(shape.k, shape.d);
+          Eigen::VectorXd expected_weights = Eigen::VectorXd::Zero(shape.k);
+          for (Eigen::Index i = 0; i < shape.n; ++i) {
+            expected_sums.row(labels[i]) += X.row(i).template cast<double>() * double(w[i]);
+            expected_weights[labels[i]] += double(w[i]);
+          }
+          const std::string where = "n=" + std::to_string(shape.n) + " d=" + std::to_string(shape.d) +
+                                    " k=" + std::to_string(shape.k) + " step " + std::to_string(step);
+          ASSERT_TRUE(sums.template cast<double>() == expected_sums) << where;
+          ASSERT_TRUE(weights.template cast<double>() == expected_weights) << where;
+          // Integer centres keep every later distance exact as well.
+          for (std::uint32_t j = 0; j < shape.k; ++j)
+            if (weights[j] > 0) C.row(j) = (sums.row(j) / weights[j]).array().round().matrix();
+        }
+      }
+    }
+  }
+}
+
 // With a device-memory limit below the data (Config::device_memory_limit), the samples stay in pinned host memory
 // and the kernels read them there: Lloyd, k-means++ and predict give what the resident fit gives, bit for bit.
 TYPED_TEST(KMeansDeviceTest, DataBeyondTheDeviceMemoryLimitIsStreamedWithTheSameResult) {

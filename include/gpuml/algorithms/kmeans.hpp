@@ -186,6 +186,10 @@ struct StepTimes {
   /// The bounded E-step's samples searched over all centres, per iteration (the rest kept their labels on the
   /// bounds alone); empty for the plain E-step.
   std::vector<std::uint64_t> e_step_searched;
+  /// The bounded E-step's three dispatches summed over its steps with partial sums (device time, where whole
+  /// steps were timed): checking the bounds (with the centres' upload), searching, adding the partial sums.
+  double check_ms = 0, search_ms = 0, sums_ms = 0;
+  int stage_timed_steps = 0;
 };
 
 template <class T>

@@ -54,6 +54,7 @@ struct KMeansShaders {
 /// move from shared to global memory, until the workgroup fits the device's shared memory.
 struct LloydPlan {
   std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
+  std::uint32_t sum_rounds = 1;  // rounds of `threads` samples that the partial sums sort by cluster at once
   std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
   std::uint32_t bounds = 0;      // 1: the bounded E-step
   std::uint64_t shared_bytes = 0;
@@ -65,7 +66,7 @@ struct LloydPlan {
                            {shader::kSpecCentresPerThread, kt}, {shader::kSpecCentreTile, ks},
                            {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
                            {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
-                           {shader::kSpecStage, stage}});
+                           {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds}});
   }
   std::uint32_t tile() const { return threads * spt; }
 };
@@ -87,11 +88,22 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
   if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false);
+  // Batches of the partial sums (kmeans_lloyd.comp). Where one owner per cluster may walk them (k <= threads,
+  // d < 32), one round: owners gain nothing from longer walks. Otherwise the (cluster, feature) walks get as many
+  // rounds of the tile as keep the cluster masks within kSumMaskBytes: more members per walk for the same barriers.
+  constexpr std::uint64_t kSumMaskBytes = 16 << 10;
+  const bool owners = k <= pl.threads && d + 1 <= 32;
+  for (std::uint32_t r = owners ? 1 : pl.spt; r >= 1; --r)
+    if (pl.spt % r == 0 && (4 * std::uint64_t(k) * words * r <= kSumMaskBytes || r == 1)) {
+      pl.sum_rounds = r;
+      break;
+    }
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    // centre tile and norms, the per-cluster masks, the list of clusters to split (at most half a round), the
-    // sums, three flags and counters
-    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * words +
-           4 * (std::uint64_t(pl.threads) / 2 + 1) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 12;
+    // centre tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
+    // clusters with members; the sums; flags and counters
+    const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
+    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
+           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 20;
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
@@ -148,7 +160,10 @@ class LloydEngine {
     const std::uint64_t partial_budget = std::min<std::uint64_t>(max_bytes, std::uint64_t(256) << 20) / (row * s);
     // On CPU devices one sample tile per workgroup: llvmpipe stops an invocation after 65,535 loop iterations in
     // all (silently), so workgroups must not loop over tiles there.
-    const std::uint64_t wanted = info.type == vulkan::DeviceType::cpu ? ceil_div(chunk, tile) : 4096;
+    // Elsewhere at least 4096, and at most 8 tiles each: the bounded step adds again only the partial sums of
+    // workgroups where a label changed, so smaller workgroups leave more of them as they were.
+    const std::uint64_t tiles = ceil_div(chunk, tile);
+    const std::uint64_t wanted = info.type == vulkan::DeviceType::cpu ? tiles : std::max<std::uint64_t>(4096, ceil_div(tiles, 8));
     const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, partial_budget / n_chunks));
     // Device memory to plan with: what the device reports, capped by Config::device_memory_limit. Samples and
     // weights beyond it stay in pinned host memory; every E-step copies them through two slice buffers
@@ -164,7 +179,7 @@ class LloydEngine {
     streamed_ = budget && needed > budget;
     // The bounds (four numbers per sample) and the list of uncertain samples stay on the device, beside samples
     // that do: where they do not fit, or the samples are streamed, the plain E-step runs.
-    const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + std::uint64_t(tile) * all_groups + all_groups) * 4;
+    const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + std::uint64_t(tile) * all_groups + 2 * all_groups) * 4;
     if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
       plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
     if (streamed_ && rest > budget)
@@ -199,6 +214,7 @@ class LloydEngine {
         // Per workgroup a count, and a segment for the rows it checks (kmeans_lloyd.comp's list_segment).
         const std::uint64_t per_group = ceil_div(c.rows, std::uint64_t(plan_.threads) * c.groups) * plan_.threads;
         c.list = device.buffer((c.groups + c.groups * per_group) * 4);
+        c.dirty = device.buffer(std::uint64_t(c.groups) * 4);
       }
       chunks_.push_back(std::move(c));
     }
@@ -224,7 +240,7 @@ class LloydEngine {
       sums_kernel_ = lloyd_stage(lloyd_interface::kStageSums);
     }
     reduce_ = device.kernel({KMeansShaders<T>::reduce(), reduce_interface::kBindingCount, sizeof(reduce_interface::Push),
-                             spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, kReduceLanes}})});
+                             spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, reduce_lanes()}})});
     inertia_ = device.kernel({KMeansShaders<T>::inertia(), inertia_interface::kBindingCount, sizeof(inertia_interface::Push),
                               spec_constants(inertia_interface::kSpecCount,
                                              {{inertia_interface::kSpecThreads, kInertiaThreads},
@@ -261,7 +277,7 @@ class LloydEngine {
     bounds_valid_ = false;  // until this step has set them all
     // One command buffer (and its descriptor pool, fence, queries) for every step of the fit: creating them per
     // iteration costs the driver more than the small steps of a short fit take.
-    if (!commands_) commands_.emplace(dev_, 3);
+    if (!commands_) commands_.emplace(dev_, 8);
     else commands_->reset();
     vulkan::Commands& cmds = *commands_;
     // In parts when someone polls for cancellation and the last step ran longer than a slice: each part dispatches
@@ -275,6 +291,9 @@ class LloydEngine {
       into.copy(centres_staging_, 0, centres_, 0, kd * s);
       into.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
       if (plan_.bounds) into.copy(centres_staging_, (kd + k_) * s, drift_, 0, drift_elements() * s);
+      // A step that sets the bounds adds every workgroup's sums; so do later steps until each has.
+      if (bounds_mode == lloyd_interface::kBoundsSet)
+        for (auto& c : chunks_) into.fill(c.dirty, 0, std::uint64_t(c.groups) * 4, 1u);
       into.fill(status_, 0, 16, 0u);
       into.barrier();
     };
@@ -321,6 +340,7 @@ class LloydEngine {
             const auto last = static_cast<std::uint32_t>(std::uint64_t(c.groups) * (part + 1) / parts);
             dispatch_stage(cmds, *stages[stage], c, *c.x, *c.w, push_for(c, first, 0, 0, ceil_div(c.rows, tile)), last - first);
           }
+          if (parts == 1 && plan_.bounds) cmds.timestamp(3 + stage);  // the bounded step's stages, timed
           if (++done < steps && parts > 1) {
             cmds.timestamp(1);
             cmds.submit_and_wait();
@@ -346,6 +366,12 @@ class LloydEngine {
     cmds.submit_and_wait();
     pacer_.step_done(started);
     add_e_step_ms(cmds.elapsed_ms(0, 1));
+    if (parts == 1 && plan_.bounds && update && !two_queues && !streamed_) {
+      times_.check_ms += cmds.elapsed_ms(0, 3);
+      times_.search_ms += cmds.elapsed_ms(3, 4);
+      times_.sums_ms += cmds.elapsed_ms(4, 5);
+      ++times_.stage_timed_steps;
+    }
     auto& time = times_;
     if (update) {
       time.e_step_each_ms.push_back(e_step_ms);
@@ -428,12 +454,19 @@ class LloydEngine {
   }
 
  private:
-  static constexpr std::uint32_t kReduceLanes = 8, kInertiaThreads = 128, kMaxParts = 64;
+  static constexpr std::uint32_t kInertiaThreads = 128, kMaxParts = 64;
+  /// Partials the reduction sums at once per element (a fixed choice per engine, so its order is too): more where
+  /// there are many, so that the reduction's few workgroups still read them at the memory's pace.
+  std::uint32_t reduce_lanes() const {
+    const std::uint32_t lanes = parts_ >= 2048 ? 32 : 8;
+    return std::min<std::uint32_t>(lanes, dev_.info().max_workgroup_invocations / reduce_interface::kElementsPerGroup);
+  }
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
     std::shared_ptr<const vulkan::Buffer> x, w;  // the samples, shared with the fit's other engines
     vulkan::Buffer labels, bounds, list;
+    vulkan::Buffer dirty;  // bounded E-step: per workgroup, whether its partial sums must be added again
   };
 
   /// The slices of a streamed E-step (every chunk's, in slices of whole sample tiles).
@@ -469,7 +502,7 @@ class LloydEngine {
   void dispatch_stage(vulkan::Commands& cmds, const vulkan::Kernel& kernel, const Chunk& c, const vulkan::Buffer& x,
                       const vulkan::Buffer& w, const lloyd_interface::Push& push, std::uint32_t groups) const {
     cmds.dispatch(kernel, {x, w, c.labels, centres_, norms_, partials_, status_, plan_.bounds ? c.bounds : unbound_, drift_,
-                           plan_.bounds ? c.list : unbound_},
+                           plan_.bounds ? c.list : unbound_, plan_.bounds ? c.dirty : unbound_},
                   push, groups);
   }
 

@@ -14,7 +14,8 @@ GPUML_CONSTANT(kBindingStatus, 6)
 GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample (upper bound, lower bound, ||x||^2, unused)
 GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centres transposed
 GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: per workgroup a count of uncertain samples, then their rows
-GPUML_CONSTANT(kBindingCount, 10)
+GPUML_CONSTANT(kBindingDirty, 10)   // bounded E-step: per workgroup, whether a label changed since its partial sums
+GPUML_CONSTANT(kBindingCount, 11)
 
 GPUML_CONSTANT(kSpecThreads, 0)           // a multiple of 32
 GPUML_CONSTANT(kSpecSamplesPerThread, 1)  // per tile
@@ -26,7 +27,8 @@ GPUML_CONSTANT(kSpecFeatures, 6)
 GPUML_CONSTANT(kSpecAccShared, 7)   // 1: partial sums in shared memory; 0: in the group's global region
 GPUML_CONSTANT(kSpecLoopGuard, 8)   // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
 GPUML_CONSTANT(kSpecStage, 9)       // kStageFull (the plain E-step), or a dispatch of the bounded one (below)
-GPUML_CONSTANT(kSpecCount, 10)
+GPUML_CONSTANT(kSpecSumRounds, 10)  // rounds of samples per batch of the partial sums (divides the samples per thread)
+GPUML_CONSTANT(kSpecCount, 11)
 
 // The dispatches of a bounded step, in order; kStageFull is a whole plain step.
 GPUML_CONSTANT(kStageFull, 0)
