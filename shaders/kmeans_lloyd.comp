@@ -27,8 +27,8 @@
 // per sample checks its bounds, recomputes the value to its old centre with the kernel's own FMA chain to tighten u
 // where they fail, and lists the samples still uncertain; the register tiles below search the listed samples only
 // (the lowest index among equal values, as always), keeping each one's second-best value for its new lower bound;
-// the partial sums are then added from the labels exactly as the plain step adds them. The step that sets the
-// bounds (kBoundsSet) lists every sample.
+// the partial sums are then added from the labels exactly as the plain step adds them, by the workgroups where a
+// label changed (dirty[]). The step that sets the bounds (kBoundsSet) lists every sample.
 #include "common.glsl"
 #include "kmeans_lloyd.h"
 
@@ -74,23 +74,26 @@ layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
 // centre c at kDriftCentres + j K (the values of C: lanes taking consecutive centres read consecutive words).
 layout(std430, binding = kBindingDrift) readonly buffer DriftBuf { scalar drift[]; };
 const uint kDriftCentres = 2u * K + 1u;
-// The bounded step's uncertain samples, listed by the workgroup that checked them (no global atomics): listed[g]
-// counts workgroup g's, whose chunk rows are at list_segment(g).
+// The bounded step's uncertain samples, listed for the search: listed[0] counts them, their chunk rows follow. Each
+// workgroup gathers its own in shared memory and appends them in runs (one global atomic per run).
 layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
 // dirty[g]: a label of workgroup g's samples changed since g last added its partial sums (set by the search, cleared
 // by the sums). The partial sums are a function of the labels alone, so a clean workgroup's are still the sums of
 // its samples, bit for bit, and the bounded step does not add them again.
 layout(std430, binding = kBindingDirty) buffer DirtyBuf { uint dirty[]; };
 // The rows one workgroup checks: a chunk row of every THREADS * groups, THREADS at a time.
-uint segment_capacity() { return (p.rows + THREADS * p.groups - 1u) / (THREADS * p.groups) * THREADS; }
-uint list_segment(uint g) { return p.groups + g * segment_capacity(); }
-shared uint segment_count;
+const uint APPEND_EVERY = 4u;                      // rounds of the check between looks at the gathered rows
+const uint GATHERED = STAGE == kStageCheck ? 2u * APPEND_EVERY * THREADS : 1u;
+shared uint gathered[GATHERED];
+shared uint gathered_count;
+shared uint appended_at;
 
 
-// Each stage declares only the shared memory it uses (more workgroups fit): the centre tile for the searches, the
-// partial sums' arrays for the steps that add them.
+// The check and the sums stages declare only the shared memory they use (more of their workgroups fit): the centre
+// tile for the searches, the partial sums' arrays for the steps that add them. The search keeps the plain step's
+// footprint: with more of its workgroups beside each other, its gathers of listed rows of many features were slower.
 const uint SEARCHES = STAGE == kStageFull ? 1u : (STAGE == kStageSearch ? 1u : 0u);
-const uint ADDS = STAGE == kStageFull ? 1u : (STAGE == kStageSums ? 1u : 0u);
+const uint ADDS = STAGE == kStageCheck ? 0u : 1u;
 shared scalar4 Cs[KS * DS4 * SEARCHES + 1];
 shared scalar Cn[KS * SEARCHES + 1];
 // The partial sums of one batch of ROUNDS rounds: a bit per sample in its cluster's mask, then the batch's positions
@@ -180,14 +183,31 @@ void load_rows() {
 }
 
 // kStageCheck: one thread per sample. Bounds that settle the label are moved on and kept; the others' samples are
-// listed for kStageSearch (one shared atomic per subgroup; the list's order varies, each sample's result does not).
-// kBoundsSet lists every sample without reading its label or bounds, which hold nothing yet.
+// listed for kStageSearch (the list's order varies, each sample's result does not). kBoundsSet lists every sample
+// without reading its label or bounds, which hold nothing yet.
+// Appends the gathered rows to the list once more than `keep` are waiting (uniform in the workgroup).
+void append_gathered(uint keep) {
+  const uint t = gl_LocalInvocationID.x;
+  barrier();
+  const uint count = gathered_count;
+  if (count <= keep) return;
+  if (t == 0u) {
+    appended_at = 1u + atomicAdd(listed[0], count);
+    atomicAdd(status[kStatusSearched], count);
+  }
+  barrier();
+  for (uint e = t; e < count; e += THREADS) listed[appended_at + e] = gathered[e];
+  barrier();
+  if (t == 0u) gathered_count = 0u;
+  barrier();
+}
+
 void check_bounds(uint g) {
   const uint t = gl_LocalInvocationID.x;
-  const uint segment = list_segment(g);
-  if (t == 0u) segment_count = 0u;
-  barrier();
+  if (t == 0u) gathered_count = 0u;
+  uint round = 0u;
   for (uint i0 = g * THREADS; i0 < p.rows; i0 += p.groups * THREADS) {  // uniform in the workgroup
+    if (round++ % APPEND_EVERY == 0u) append_gathered(APPEND_EVERY * THREADS);  // room for the next rounds
     const uint i = i0 + t;
     bool certain = i >= p.rows;
     if (!certain && p.bounds_mode == kBoundsUse) {
@@ -206,15 +226,11 @@ void check_bounds(uint g) {
     const uvec4 ballot = subgroupBallot(!certain);
     const uint count = subgroupBallotBitCount(ballot);
     uint first = 0u;
-    if (count != 0u && subgroupElect()) first = atomicAdd(segment_count, count);
+    if (count != 0u && subgroupElect()) first = atomicAdd(gathered_count, count);
     const uint start = subgroupBroadcastFirst(first);  // in uniform control flow: the elected lane's value
-    if (!certain) listed[segment + start + subgroupBallotExclusiveBitCount(ballot)] = i;
+    if (!certain) gathered[start + subgroupBallotExclusiveBitCount(ballot)] = i;
   }
-  barrier();
-  if (t == 0u) {
-    listed[g] = segment_count;
-    if (segment_count != 0u) atomicAdd(status[kStatusSearched], segment_count);
-  }
+  append_gathered(0u);
 }
 
 void main() {
@@ -245,16 +261,16 @@ void main() {
       }
   if (t == 0) group_changed = 0u;
   bool any_changed = false;  // this thread's labels, over all its tiles: one shared atomic per thread per dispatch
-  if (resident && !sums_only) load_centres(0, 0);
 
   // This group's tiles g, g + groups, ... within [tile_begin, tile_end): the slice of the chunk bound as X and W,
-  // whose first row is x_row0 (the whole chunk unless the step is streamed). In kStageSearch, the tiles of the
-  // samples this group listed.
+  // whose first row is x_row0 (the whole chunk unless the step is streamed). In kStageSearch, tiles of the list.
   const bool search = STAGE == kStageSearch;
-  const uint listed_rows = search ? listed[g] : 0u, segment = search ? list_segment(g) : 0u;
+  const uint listed_rows = search ? listed[0] : 0u;
   const uint tile_end = search ? (listed_rows + TILE - 1u) / TILE : p.tile_end;
-  const uint first_tile = search ? 0u : p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
-  for (uint tile = first_tile; tile < tile_end; tile += search ? 1u : p.groups) {
+  const uint first_tile = search || p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
+  if (search && first_tile >= tile_end) return;  // nothing listed for this group (uniform)
+  if (resident && !sums_only) load_centres(0, 0);
+  for (uint tile = first_tile; tile < tile_end; tile += p.groups) {
     const uint base = tile * TILE;
     scalar best[SPT], second[SPT];
     uint best_c[SPT];
@@ -263,7 +279,7 @@ void main() {
       second[s] = scalar_inf();
       best_c[s] = 0u;
       const uint e = base + s * THREADS + t;
-      if (search) rows[s] = e < listed_rows ? listed[segment + e] : ~0u;
+      if (search) rows[s] = e < listed_rows ? listed[1u + e] : ~0u;
       else rows[s] = e;
     }
 

@@ -179,7 +179,7 @@ class LloydEngine {
     streamed_ = budget && needed > budget;
     // The bounds (four numbers per sample) and the list of uncertain samples stay on the device, beside samples
     // that do: where they do not fit, or the samples are streamed, the plain E-step runs.
-    const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + std::uint64_t(tile) * all_groups + 2 * all_groups) * 4;
+    const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + n_chunks + all_groups) * 4;
     if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
       plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
     if (streamed_ && rest > budget)
@@ -211,9 +211,7 @@ class LloydEngine {
       c.labels = device.buffer(c.rows * 4);
       if (plan_.bounds) {
         c.bounds = device.buffer(c.rows * 4 * s);
-        // Per workgroup a count, and a segment for the rows it checks (kmeans_lloyd.comp's list_segment).
-        const std::uint64_t per_group = ceil_div(c.rows, std::uint64_t(plan_.threads) * c.groups) * plan_.threads;
-        c.list = device.buffer((c.groups + c.groups * per_group) * 4);
+        c.list = device.buffer((c.rows + 1) * 4);  // a count, then the rows listed for the search
         c.dirty = device.buffer(std::uint64_t(c.groups) * 4);
       }
       chunks_.push_back(std::move(c));
@@ -294,6 +292,8 @@ class LloydEngine {
       // A step that sets the bounds adds every workgroup's sums; so do later steps until each has.
       if (bounds_mode == lloyd_interface::kBoundsSet)
         for (auto& c : chunks_) into.fill(c.dirty, 0, std::uint64_t(c.groups) * 4, 1u);
+      if (plan_.bounds)
+        for (auto& c : chunks_) into.fill(c.list, 0, 4, 0u);  // the list's count
       into.fill(status_, 0, 16, 0u);
       into.barrier();
     };
