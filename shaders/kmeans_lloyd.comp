@@ -82,7 +82,7 @@ layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
 // its samples, bit for bit, and the bounded step does not add them again.
 layout(std430, binding = kBindingDirty) buffer DirtyBuf { uint dirty[]; };
 // The rows one workgroup checks: a chunk row of every THREADS * groups, THREADS at a time.
-const uint APPEND_EVERY = 4u;                      // rounds of the check between looks at the gathered rows
+const uint APPEND_EVERY = kCheckAppendRounds;  // rounds of the check between looks at the gathered rows
 const uint GATHERED = STAGE == kStageCheck ? 2u * APPEND_EVERY * THREADS : 1u;
 shared uint gathered[GATHERED];
 shared uint gathered_count;

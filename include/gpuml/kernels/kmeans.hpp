@@ -88,6 +88,9 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
   if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false);
+  // Its check gathers listed rows in shared memory (kmeans_lloyd.comp): where they do not fit, the plain E-step.
+  if (bounded && 8 * std::uint64_t(lloyd_interface::kCheckAppendRounds) * pl.threads + 16 > info.max_shared_memory)
+    return plan_lloyd<T>(info, tile, k, d, false);
   // Batches of the partial sums (kmeans_lloyd.comp). Where one owner per cluster may walk them (k <= threads,
   // d < 32), one round: owners gain nothing from longer walks. Otherwise the (cluster, feature) walks get as many
   // rounds of the tile as keep the cluster masks within kSumMaskBytes: more members per walk for the same barriers.

@@ -36,6 +36,10 @@ GPUML_CONSTANT(kStageCheck, 1)   // check every sample's bounds, list the uncert
 GPUML_CONSTANT(kStageSearch, 2)  // search the listed samples over all centres
 GPUML_CONSTANT(kStageSums, 3)    // the partial sums from the labels
 
+// The check gathers its uncertain samples in shared memory for 2 x this many rounds of the workgroup at most,
+// appending them to the list whenever more than this many rounds' worth wait.
+GPUML_CONSTANT(kCheckAppendRounds, 4)
+
 // Push.bounds_mode of the bounded E-step.
 GPUML_CONSTANT(kBoundsSet, 1)  // the bounds hold nothing yet: search every sample, then set them
 GPUML_CONSTANT(kBoundsUse, 2)  // the bounds hold for the last step's centres, and the drift buffer says how they moved
