@@ -108,6 +108,13 @@ shared uint batch_crowded;
 shared scalar Acc[K * DW * ACC_SHARED * ADDS + 1];
 shared uint group_changed;
 
+// Members of cluster c in the batch's masks.
+uint cluster_members(uint c) {
+  uint members = 0u;
+  [[unroll]] for (uint w = 0; w < BW; ++w) members += uint(bitCount(masks[c * BW + w]));
+  return members;
+}
+
 scalar xr[SPT * DS];  // this thread's samples of the tile (all features when NDS == 1)
 uint rows[SPT];       // their chunk rows (p.rows or more where a tile has fewer)
 
@@ -376,9 +383,7 @@ void main() {
         bool by_owner = OWNERS != 0u;
         if (by_owner) {
           for (uint c = t; c < K; c += THREADS) {
-            uint members = 0u;
-            [[unroll]] for (uint w = 0; w < BW; ++w) members += uint(bitCount(masks[c * BW + w]));
-            if (members > CROWDED) atomicOr(batch_crowded, 1u);
+            if (cluster_members(c) > CROWDED) atomicOr(batch_crowded, 1u);
           }
           barrier();
           by_owner = batch_crowded == 0u;  // uniform
@@ -405,8 +410,7 @@ void main() {
         // ranges' order varies; each cluster's members within its range do not), and each sample's place in it is
         // the number of its cluster's members before it.
         for (uint c = t; c < K; c += THREADS) {
-          uint members = 0u;
-          [[unroll]] for (uint w = 0; w < BW; ++w) members += uint(bitCount(masks[c * BW + w]));
+          const uint members = cluster_members(c);
           if (members != 0u) {
             cluster_range[c] = atomicAdd(batch_members, members) | members << 16u;
             present[atomicAdd(present_count, 1u)] = c;

@@ -76,6 +76,10 @@ inline std::string kmeans_shape_class(std::uint64_t k, std::uint64_t d) {
 /// therefore stay far below that on CPU devices, as a workgroup may run several tiles; and register tiles of
 /// SPT x KT x DS above 128 miscompute there too (measured; likely inner loops left unrolled, counting as well).
 inline constexpr std::uint64_t kCpuMaxTileLoops = 4096;
+/// An invocation's loop iterations, counted by kmeans_invocation_loops, stay within this on CPU devices, half the
+/// limit as the count is an estimate: llvmpipe crashed at times on kernels it cut short (their workgroups' barriers
+/// left unmatched), so nothing is dispatched that could reach the limit; such problems run on the host.
+inline constexpr std::uint64_t kCpuMaxInvocationLoops = 32768;
 inline constexpr std::uint32_t kCpuMaxRegisterTile = 128;
 
 /// Why `t` is not a usable tile on `device` whatever the problem, before limits that depend on k and d;
@@ -111,6 +115,23 @@ std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTi
   return (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
 }
 
+/// Loop iterations of one invocation over its sample tile (kmeans_lloyd.comp), at most, as llvmpipe counts them
+/// (inner loops counted as if not unrolled): the E-step's centre x feature tiles, each over its features and
+/// register centres; then the partial sums, per batch of `sum_rounds` rounds: clearing the cluster masks, one pass
+/// over the clusters, and the (cluster, feature) pairs with the members each walks (all of a batch's samples in one
+/// cluster at worst). The owner walk, where it runs, does fewer (one thread per cluster, under 32 features).
+template <class T>
+std::uint64_t kmeans_invocation_loops(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
+                                      std::uint32_t d) {
+  const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);
+  auto up = [](std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; };
+  const std::uint64_t e_step = up(k, plan.ks) * up(d, plan.ds) * (plan.ds + plan.kt);
+  const std::uint64_t threads = plan.threads, batch = threads * plan.sum_rounds;
+  const std::uint64_t per_batch = up(std::uint64_t(k) * up(batch, 32), threads) + up(k, threads) +
+                                  up(std::uint64_t(k) * d, threads) + up(d, threads) * batch;
+  return e_step + up(plan.spt, plan.sum_rounds) * per_batch;
+}
+
 /// Why `tile` cannot run k-means with k centres of d features on `device`; empty when it can. Nothing is
 /// dispatched with a tile that fails this.
 template <class T>
@@ -122,6 +143,12 @@ std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTil
     if (device.type == vulkan::DeviceType::cpu && loops > kCpuMaxTileLoops)
       return std::to_string(loops) + " centre x feature tiles per sample tile exceed CPU devices' " +
              std::to_string(kCpuMaxTileLoops) + " (llvmpipe's loop limit)";
+    if (device.type == vulkan::DeviceType::cpu) {
+      const std::uint64_t all = kmeans_invocation_loops<T>(device, tile, k, d);
+      if (all > kCpuMaxInvocationLoops)
+        return std::to_string(all) + " loop iterations per invocation exceed CPU devices' " +
+               std::to_string(kCpuMaxInvocationLoops) + " (llvmpipe's loop limit)";
+    }
   } catch (const unsupported& e) {
     return e.what();
   }
