@@ -124,9 +124,9 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     t0 = Clock::now();
     auto res = search();
     times.push_back(seconds_since(t0));
-    device_ms.push_back(gpuml::kernels::knn_last_search().device_ms);
-    list_batches += gpuml::kernels::knn_last_search().list_batches;
-    list_overflows += gpuml::kernels::knn_last_search().list_overflows;
+    device_ms.push_back(res.stats.device_ms);
+    list_batches += res.stats.list_batches;
+    list_overflows += res.stats.list_overflows;
     if (!result) result = std::move(res);
   }
   bar.finish();

@@ -151,7 +151,9 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
       gpuml::kernels::KnnSearchStats stats;
       const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m, nullptr,
                                                             gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
-      EXPECT_EQ(gpuml::kernels::knn_last_search().sample_rows, stats.sample_rows) << "the per-thread copy";
+      EXPECT_EQ(got.stats.sample_rows, stats.sample_rows) << "the result's copy";
+      EXPECT_EQ(got.stats.database_blocks, stats.database_blocks) << "the result's copy";
+      EXPECT_GT(got.stats.database_blocks, 0u);
       // k = 33 takes the bounding sample pass where the plan has 8 or more splits: on CPU devices (splits of at
       // most 32 tiles, 10 here), not on GPUs (2 splits here).
       if (k <= 32) {

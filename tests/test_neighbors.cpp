@@ -740,13 +740,14 @@ TYPED_TEST(Neighbors, DatabaseBeyondTheDeviceMemoryLimitIsStreamedWithTheSameNei
         gpuml::NearestNeighbors<T> resident({k, name}, b.backend);
         resident.fit(db);
         const auto expected = resident.kneighbors(q);
-        EXPECT_FALSE(gpuml::kernels::knn_last_search().streamed) << name;
+        EXPECT_FALSE(expected.stats.streamed) << name;
+        EXPECT_EQ(expected.stats.database_blocks, 1u) << name;
         const std::uint64_t limit = std::uint64_t(db.size()) * sizeof(T) / 2;
         gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
         gpuml::NearestNeighbors<T> streamed({k, name}, b.backend);
         streamed.fit(db);
         const auto got = streamed.kneighbors(q);
-        const auto& stats = gpuml::kernels::knn_last_search();
+        const auto& stats = got.stats;
         EXPECT_TRUE(stats.streamed) << name;
         EXPECT_GE(stats.database_blocks, 4u) << name;  // blocks of at most a quarter of the limit
         EXPECT_TRUE(got.indices == expected.indices) << name << " k=" << k;

@@ -18,11 +18,36 @@
 
 namespace gpuml::algorithms {
 
+/// What a search did on a device, returned with its result (kernels::knn_search fills it; a host search leaves it
+/// as constructed: no device time, no passes).
+struct KnnSearchStats {
+  double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
+  std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
+  // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
+  // again with heaps.
+  std::uint64_t list_batches = 0, list_overflows = 0;
+  std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
+  std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
+  bool streamed = false;              // the database was uploaded for this search, block by block, not resident
+
+  /// Adds another part's search (a shard's, searched at the same time): device times add where both have them.
+  void add(const KnnSearchStats& other) {
+    device_ms = device_ms < 0 || other.device_ms < 0 ? -1.0 : device_ms + other.device_ms;
+    sample_rows += other.sample_rows;
+    list_batches += other.list_batches;
+    list_overflows += other.list_overflows;
+    coop_passes += other.coop_passes;
+    database_blocks += other.database_blocks;
+    streamed = streamed || other.streamed;
+  }
+};
+
 /// The result of a k-NN search: what NearestNeighbors::kneighbors returns.
 template <class T>
 struct KnnResult {
   Matrix<T> distances;  ///< n_queries x k
   IndexMatrix indices;  ///< n_queries x k, rows of the database
+  KnnSearchStats stats{};  ///< what the search did on a device (summed over the parts of a sharded search)
 };
 
 /// The result of a radius search: ragged neighbour lists as compressed rows. The neighbours of query i are entries
@@ -120,6 +145,10 @@ KnnResult<T> merge_parts(const std::vector<KnnResult<T>>& parts, const std::vect
     throw invalid_input("merge_parts: the parts hold " + std::to_string(available) + " neighbours per query, fewer than k = " +
                         std::to_string(k));
   KnnResult<T> out{Matrix<T>(n_queries, k), IndexMatrix(n_queries, k)};
+  if (!parts.empty()) {
+    out.stats = parts.front().stats;
+    for (std::size_t s = 1; s < parts.size(); ++s) out.stats.add(parts[s].stats);
+  }
   parallel_chunks(n_queries, 256, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     std::vector<std::pair<T, Index>> cand;
     for (Index i = b; i < e; ++i) {

@@ -82,7 +82,7 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
     if (values_may_overflow<T>(std::max(database_max_abs, max_abs<T>(queries)), database.cols(), metric)) {
       const Matrix<double> db = database.template cast<double>(), q = queries.template cast<double>();
       const KnnResult<double> wide = host::knn_search<double>(db, q, k, metric, on_progress);
-      return {wide.distances.template cast<float>(), wide.indices};
+      return {wide.distances.template cast<float>(), wide.indices, wide.stats};
     }
   }
   return run_on<T>(
@@ -281,7 +281,7 @@ class NearestNeighbors {
       throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
     const KnnResult<T> full = search(X_, k + 1);
-    KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k)};
+    KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k), full.stats};
     for (Eigen::Index i = 0; i < n; ++i) {
       int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found
       for (int c = 0; c <= k; ++c)

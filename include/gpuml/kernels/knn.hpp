@@ -535,29 +535,8 @@ class KnnDatabase {
   mutable std::vector<KnnHalfRows> half_blocks_;
 };
 
-/// What a knn_search did (its `stats` argument).
-struct KnnSearchStats {
-  double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
-  std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
-  // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
-  // again with heaps.
-  std::uint64_t list_batches = 0, list_overflows = 0;
-  std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
-  std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
-  bool streamed = false;              // the database was uploaded for this search, block by block, not resident
-};
-namespace knn_detail {
-inline KnnSearchStats& last_search() {
-  thread_local KnnSearchStats stats;
-  return stats;
-}
-}  // namespace knn_detail
-
-/// The stats of the last knn_search on this thread, for callers written before knn_search returned them; pass
-/// `stats` to knn_search instead.
-inline KnnSearchStats& knn_last_search() {
-  return knn_detail::last_search();
-}
+/// What a knn_search did (its `stats` argument, and its result's `stats`).
+using KnnSearchStats = algorithms::KnnSearchStats;
 
 /// The kernels a search records, held while it records and submits; null where its plan does not use them.
 struct KnnKernels {
@@ -783,7 +762,7 @@ class KnnPasses {
   void submit() {
     cmds_.timestamp(1);
     cmds_.submit_and_wait();
-    stats_.device_ms += cmds_.elapsed_ms(0, 1);
+    vulkan::add_elapsed_ms(stats_.device_ms, cmds_.elapsed_ms(0, 1));
     if (device_.info().type == vulkan::DeviceType::cpu && *static_cast<const std::uint32_t*>(ws_.status.mapped()) != 0)
       throw unsupported(device_.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
                         "per invocation) for d=" + std::to_string(shape_.d) + ", k=" + std::to_string(shape_.k));
@@ -975,12 +954,10 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   KnnSearchStats local_stats;
   KnnSearchStats& st = stats ? *stats : local_stats;
   st = KnnSearchStats{.device_ms = 0};
-  // Also kept per thread for knn_last_search() (older callers), whichever way the search ends.
-  struct KeepLast {
-    const KnnSearchStats& st;
-    ~KeepLast() { knn_detail::last_search() = st; }
-  } keep_last{st};
-  if (m == 0) return result;
+  if (m == 0) {
+    result.stats = st;
+    return result;
+  }
 
   // The plan.
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
@@ -1034,6 +1011,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
     }
   }
   knn_detail::finish<T>(result, best, best_count, database, queries, k, metric);
+  result.stats = st;
   return result;
 }
 
