@@ -181,8 +181,8 @@ inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) 
 /// The catalogue tile for a k x d problem. Where the class tile does not fit the problem (shared memory grows
 /// with k: a mask per cluster and thread group), the same tile with fewer threads is tried. On CPU devices a problem
 /// whose centre x feature tiles would pass llvmpipe's loop limit with the class tile takes the CPU tile with the
-/// fewest such loops instead (k = d = 1024 needs wide feature tiles to stay correct there; the kernel reports the
-/// limit where it is still reached, and the fit then runs on the host).
+/// fewest such loops instead; where even that tile would run more than kCpuMaxInvocationLoops (k = d = 1024, say),
+/// the engine refuses the problem before dispatching anything and the fit runs on the host.
 template <class T>
 KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
   const KMeansTileParams tile = kmeans_catalogue_tile(device);
