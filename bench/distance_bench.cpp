@@ -142,8 +142,9 @@ int run(const Options& o, const gpuml::Backend& backend) {
       if (b) cmds.barrier();  // the blocks share the output buffer
       const shader::Push push{.n = std::uint32_t(rows), .m = std::uint32_t(m), .d = std::uint32_t(d), .ldd = std::uint32_t(m)};
       cmds.dispatch(kernel,
-                    {vk::BufferSlice(xbuf, r0 * d * s, rows * d * s), ybuf, vk::BufferSlice(xn, r0 * s, rows * s), yn,
-                     vk::BufferSlice(dbuf, 0, rows * m * s)},
+                    {{shader::kBindingX, vk::BufferSlice(xbuf, r0 * d * s, rows * d * s)}, {shader::kBindingY, ybuf},
+                     {shader::kBindingXNorms, vk::BufferSlice(xn, r0 * s, rows * s)}, {shader::kBindingYNorms, yn},
+                     {shader::kBindingDistances, vk::BufferSlice(dbuf, 0, rows * m * s)}},
                     push, static_cast<std::uint32_t>(gpuml::kernels::ceil_div(std::uint64_t(m), tile.block_cols())),
                     static_cast<std::uint32_t>(gpuml::kernels::ceil_div(rows, tile.block_rows())));
     }

@@ -130,6 +130,35 @@ TEST_P(DistanceTest, OperandLargerThanOneBindingIsSplit) {
   }
 }
 
+// A dispatch names each buffer's binding: the list's order does not matter, and a binding given twice or one the
+// kernel does not have is refused before anything is recorded.
+TEST_P(DistanceTest, DispatchBindsBuffersByName) {
+  const auto& b = GetParam().backend;
+  if (b.is_host()) GTEST_SKIP() << "dispatches concern Vulkan devices";
+  namespace vk = gpuml::vulkan;
+  namespace shader = gpuml::shader_interface::row_sq_norms;
+  vk::Device& dev = *b.device();
+  const Matrix<float> X = random_matrix<float>(37, 5, 61, -2.0, 2.0);
+  vk::Buffer x = dev.buffer(X.size() * sizeof(float)), out = dev.buffer(X.rows() * sizeof(float));
+  vk::upload_rows<float>(dev, x, 0, X, 0, X.rows());
+  const auto kernel = dev.kernel({gpuml::kernels::DistanceShaders<float>::norms(), shader::kBindingCount,
+                                  sizeof(shader::Push), gpuml::kernels::spec_constants(shader::kSpecCount, {{shader::kSpecThreads, 64}})});
+  const shader::Push push{.rows = std::uint32_t(X.rows()), .cols = std::uint32_t(X.cols())};
+  {
+    vk::Commands cmds(dev);
+    cmds.dispatch(kernel, {{shader::kBindingNorms, out}, {shader::kBindingRows, x}}, push, 1);  // listed out of order
+    cmds.submit_and_wait();
+  }
+  std::vector<float> norms(static_cast<std::size_t>(X.rows()));
+  vk::download(dev, out, 0, norms.data(), norms.size() * sizeof(float));
+  for (Eigen::Index i = 0; i < X.rows(); ++i)
+    EXPECT_NEAR(norms[static_cast<std::size_t>(i)], X.row(i).cast<double>().squaredNorm(), 1e-5) << "row " << i;
+  vk::Commands cmds(dev);
+  EXPECT_THROW(cmds.dispatch(kernel, {{shader::kBindingRows, x}, {shader::kBindingRows, out}}, push, 1), gpuml::error);
+  EXPECT_THROW(cmds.dispatch(kernel, {{shader::kBindingRows, x}, {shader::kBindingCount, out}}, push, 1), gpuml::error);
+  EXPECT_THROW(cmds.dispatch(kernel, {{shader::kBindingRows, x}}, push, 1), gpuml::error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DistanceTest, ::testing::ValuesIn(gpuml::testing::backends()),
                          gpuml::testing::backend_name);
 

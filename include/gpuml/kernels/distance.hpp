@@ -138,7 +138,7 @@ void record_row_sq_norms(vulkan::Device& device, vulkan::Commands& cmds, vulkan:
   const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
   const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
   const shader::Push push{.rows = rows, .cols = cols};
-  cmds.dispatch(k, {x, out}, push, gx, gy);
+  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingNorms, out}}, push, gx, gy);
 }
 
 /// Splits `rows` rows of `row_bytes` each into blocks no larger than `max_bytes` (at least one row per block).
@@ -208,7 +208,10 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
       record_row_sq_norms<T>(device, cmds, ybuf, yn, cols, d);
       cmds.barrier();
       const shader::Push push{.n = std::uint32_t(rows), .m = std::uint32_t(cols), .d = std::uint32_t(d), .ldd = std::uint32_t(cols)};
-      cmds.dispatch(kernel, {xbuf, ybuf, xn, yn, dbuf}, push,
+      cmds.dispatch(kernel,
+                    {{shader::kBindingX, xbuf}, {shader::kBindingY, ybuf}, {shader::kBindingXNorms, xn},
+                     {shader::kBindingYNorms, yn}, {shader::kBindingDistances, dbuf}},
+                    push,
                     static_cast<std::uint32_t>(ceil_div(cols, tile.block_cols())),
                     static_cast<std::uint32_t>(ceil_div(rows, tile.block_rows())));
       cmds.submit_and_wait();

@@ -366,7 +366,7 @@ class LloydEngine {
     const std::uint32_t elements = static_cast<std::uint32_t>(std::uint64_t(k_) * (d_ + 1));
     if (update) {
       const reduce_interface::Push push{.elements = elements, .parts = parts_};
-      cmds.dispatch(*reduce_, {partials_, sums_}, push,
+      cmds.dispatch(*reduce_, {{reduce_interface::kBindingPartials, partials_}, {reduce_interface::kBindingSums, sums_}}, push,
                     static_cast<std::uint32_t>(ceil_div(elements, reduce_interface::kElementsPerGroup)));
       cmds.barrier();
       cmds.timestamp(2);
@@ -439,7 +439,11 @@ class LloydEngine {
     for (auto& c : chunks_) {
       const inertia_interface::Push push{
           .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centres = k_};
-      cmds.dispatch(*inertia_, {*c.x, *c.w, c.labels, centres_, inertia_parts_}, push, c.groups);
+      namespace shader = inertia_interface;
+      cmds.dispatch(*inertia_,
+                    {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingLabels, c.labels},
+                     {shader::kBindingCentres, centres_}, {shader::kBindingPartials, inertia_parts_}},
+                    push, c.groups);
       groups_total += c.groups;
     }
     cmds.barrier();
@@ -511,8 +515,15 @@ class LloydEngine {
   /// weights read from x and w.
   void dispatch_stage(vulkan::Commands& cmds, const vulkan::Kernel& kernel, const Chunk& c, const vulkan::Buffer& x,
                       const vulkan::Buffer& w, const lloyd_interface::Push& push, std::uint32_t groups) const {
-    cmds.dispatch(kernel, {x, w, c.labels, centres_, norms_, partials_, status_, plan_.bounds ? c.bounds : unbound_, drift_,
-                           plan_.bounds ? c.list : unbound_, plan_.bounds ? c.dirty : unbound_},
+    namespace shader = lloyd_interface;
+    const vulkan::Buffer& unbound = unbound_;  // the plain E-step reads none of the bounded step's buffers
+    cmds.dispatch(kernel,
+                  {{shader::kBindingX, x}, {shader::kBindingWeights, w}, {shader::kBindingLabels, c.labels},
+                   {shader::kBindingCentres, centres_}, {shader::kBindingCentreNorms, norms_},
+                   {shader::kBindingPartials, partials_}, {shader::kBindingStatus, status_},
+                   {shader::kBindingBounds, plan_.bounds ? c.bounds : unbound}, {shader::kBindingDrift, drift_},
+                   {shader::kBindingList, plan_.bounds ? c.list : unbound},
+                   {shader::kBindingDirty, plan_.bounds ? c.dirty : unbound}},
                   push, groups);
   }
 
@@ -708,7 +719,10 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
     const auto groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(ceil_div(rows * k, threads), max_groups));
     const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centres = std::uint32_t(k)};
     vulkan::Commands cmds(device);
-    cmds.dispatch(*kernel, {xbuf, unused, unused, cbuf, out}, push, groups);
+    cmds.dispatch(*kernel,
+                  {{shader::kBindingX, xbuf}, {shader::kBindingWeights, unused}, {shader::kBindingLabels, unused},
+                   {shader::kBindingCentres, cbuf}, {shader::kBindingPartials, out}},
+                  push, groups);
     cmds.submit_and_wait();
     vulkan::download(device, out, 0, D.data() + r0 * k, rows * k * s);
   }

@@ -107,7 +107,11 @@ class PlusPlusEngine {
     for (auto& c : chunks_) {
       const plus_plus_interface::Push push{
           .rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.partial_base, .candidate = 0, .first = 0};
-      cmds.dispatch(*potentials_, {*c.x, *c.w, c.closest, cand_, partials_}, push, c.groups);
+      namespace shader = plus_plus_interface;
+      cmds.dispatch(*potentials_,
+                    {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingClosest, c.closest},
+                     {shader::kBindingCandidates, cand_}, {shader::kBindingOut, partials_}},
+                    push, c.groups);
     }
     cmds.barrier();
     cmds.copy(partials_, 0, readback_, 0, std::uint64_t(parts_) * trials_ * sizeof(T));
@@ -192,7 +196,11 @@ class PlusPlusEngine {
       const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups,
                                            .out_base = std::uint32_t(c.first / kBlock), .candidate = t,
                                            .first = first ? 1u : 0u};
-      cmds.dispatch(*commit_, {*c.x, *c.w, c.closest, cand_, block_mass_}, push, c.groups);
+      namespace shader = plus_plus_interface;
+      cmds.dispatch(*commit_,
+                    {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingClosest, c.closest},
+                     {shader::kBindingCandidates, cand_}, {shader::kBindingOut, block_mass_}},
+                    push, c.groups);
     }
     cmds.barrier();
     cmds.copy(block_mass_, 0, readback_, 0, block_sums_.size() * sizeof(T));

@@ -168,7 +168,11 @@ void record_half_rows(vulkan::Device& device, vulkan::Commands& cmds, const vulk
                                   .rows_out = std::uint32_t(rows_out), .scale = scale, .terms = terms ? 1u : 0u};
   const std::uint64_t groups = ceil_div(rows_out * push.dpad / 2, half_interface::kPairsPerGroup);
   const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(groups, device.info().max_workgroup_count[0]));
-  cmds.dispatch(half, {x, norms, out, terms ? *terms : norms}, push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
+  namespace shader = half_interface;
+  cmds.dispatch(half,
+                {{shader::kBindingRows, x}, {shader::kBindingNorms, norms}, {shader::kBindingHalf, out},
+                 {shader::kBindingTerms, terms ? *terms : norms}},
+                push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
 }
 
 /// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory (or of
@@ -680,8 +684,12 @@ class KnnPasses {
                                       .k = std::uint32_t(shape_.k), .split_rows = std::uint32_t(split_rows),
                                       .base = std::uint32_t(block_->first), .split_stride = std::uint32_t(stride),
                                       .bounded = bounds ? 1u : 0u, .cap = 0u};
+    namespace shader = select_interface;
     cmds_.dispatch(kernels_.select,
-                   {ws_.queries, block_->x, ws_.query_norms, block_->norms, v, i, bounds ? *bounds : v, i, ws_.status},
+                   {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                    {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
+                    {shader::kBindingValues, v}, {shader::kBindingIndices, i}, {shader::kBindingBound, bounds ? *bounds : v},
+                    {shader::kBindingListed, i}, {shader::kBindingStatus, ws_.status}},  // no lists: any buffer
                    push, query_tiles(), static_cast<std::uint32_t>(n_splits));
   }
 
@@ -692,7 +700,8 @@ class KnnPasses {
       cmds_.barrier();
       const merge_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .splits = std::uint32_t(n_splits),
                                        .stride = std::uint32_t(stride), .group = group};
-      cmds_.dispatch(kernels_.merge, {v, i}, push, static_cast<std::uint32_t>(ceil_div(mb_, kKnnMergeThreads)),
+      cmds_.dispatch(kernels_.merge, {{merge_interface::kBindingValues, v}, {merge_interface::kBindingIndices, i}}, push,
+                     static_cast<std::uint32_t>(ceil_div(mb_, kKnnMergeThreads)),
                      static_cast<std::uint32_t>(ceil_div(n_splits, stride * group)));
     }
   }
@@ -716,8 +725,12 @@ class KnnPasses {
           .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(block_->first),
           .cap = std::uint32_t(shape_.slots), .nb = std::uint32_t(block_->rows), .m2w = -2.0f / (query_scale_ * half_->scale),
           .qscale = query_scale_, .d = std::uint32_t(shape_.d)};
+      namespace shader = filter_coop_interface;
       cmds_.dispatch(kernels_.filter_coop,
-                     {ws_.query_half, half_->rows, ws_.query_norms, half_->terms, ws_.list_i, listed, bounds}, push,
+                     {{shader::kBindingQueryHalf, ws_.query_half}, {shader::kBindingRowHalf, half_->rows},
+                      {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowTerms, half_->terms},
+                      {shader::kBindingIndices, ws_.list_i}, {shader::kBindingListed, listed}, {shader::kBindingBound, bounds}},
+                     push,
                      static_cast<std::uint32_t>(ceil_div(mb_, kKnnCoopQueries)), static_cast<std::uint32_t>(n_splits));
       ++stats_.coop_passes;
       return;
@@ -726,8 +739,12 @@ class KnnPasses {
                                       .k = std::uint32_t(bound_stride), .split_rows = std::uint32_t(split_rows),
                                       .base = std::uint32_t(block_->first), .split_stride = std::uint32_t(stride),
                                       .bounded = 1u, .cap = std::uint32_t(shape_.slots)};
+    namespace shader = select_interface;
     cmds_.dispatch(kernels_.append,
-                   {ws_.queries, block_->x, ws_.query_norms, block_->norms, ws_.list_v, ws_.list_i, bounds, listed, ws_.status},
+                   {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                    {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
+                    {shader::kBindingValues, ws_.list_v}, {shader::kBindingIndices, ws_.list_i}, {shader::kBindingBound, bounds},
+                    {shader::kBindingListed, listed}, {shader::kBindingStatus, ws_.status}},
                    push, query_tiles(), static_cast<std::uint32_t>(n_splits));
   }
 
@@ -737,8 +754,13 @@ class KnnPasses {
     const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(shape_.slots),
                                       .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
     const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
+    namespace shader = gather_interface;
     cmds_.dispatch(kernels_.gather,
-                   {ws_.list_v, ws_.list_i, listed, v, i, ws_.queries, block_->x, ws_.query_norms, block_->norms, ws_.status},
+                   {{shader::kBindingListValues, ws_.list_v}, {shader::kBindingListIndices, ws_.list_i},
+                    {shader::kBindingListed, listed}, {shader::kBindingOutValues, v}, {shader::kBindingOutIndices, i},
+                    {shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                    {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
+                    {shader::kBindingStatus, ws_.status}},
                    push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
   }
 

@@ -29,6 +29,13 @@ class Semaphore {
   SemaphoreHandle handle_;
 };
 
+/// One storage buffer of a dispatch and the binding it goes to, named by the shader's interface header
+/// (`shader::kBindingX`), so that no call depends on the order of its list.
+struct Binding {
+  std::uint32_t index;
+  BufferSlice slice;
+};
+
 class Commands {
  public:
   /// `timestamp_slots` > 0 reserves that many timestamp queries (ignored where the queue has no timestamps).
@@ -76,13 +83,21 @@ class Commands {
   Commands(const Commands&) = delete;
   Commands& operator=(const Commands&) = delete;
 
-  /// Binds `buffers` to bindings 0..N-1, pushes `push_bytes` of constants and dispatches groups (x, y, z).
-  Commands& dispatch_bytes(const Kernel& kernel, std::initializer_list<BufferSlice> buffers, const void* push,
+  /// Binds each buffer to the binding it names (every binding of the kernel once), pushes `push_bytes` of constants
+  /// and dispatches groups (x, y, z).
+  Commands& dispatch_bytes(const Kernel& kernel, std::initializer_list<Binding> buffers, const void* push,
                            std::uint32_t push_bytes, std::uint32_t x, std::uint32_t y = 1, std::uint32_t z = 1) {
     auto& f = fn();
     const auto& spec = kernel.spec();
     if (buffers.size() != spec.buffer_count || push_bytes != spec.push_constant_bytes)
       throw error(std::string("kernel ") + spec.code.name + ": wrong number of buffers or push-constant size");
+    std::vector<bool> bound(spec.buffer_count, false);
+    for (const Binding& b : buffers) {
+      if (b.index >= spec.buffer_count || bound[b.index])
+        throw error(std::string("kernel ") + spec.code.name + ": binding " + std::to_string(b.index) +
+                    (b.index >= spec.buffer_count ? " does not exist" : " given twice"));
+      bound[b.index] = true;
+    }
     const auto& limits = device_.info();
     if (x > limits.max_workgroup_count[0] || y > limits.max_workgroup_count[1] || z > limits.max_workgroup_count[2])
       throw error(std::string("kernel ") + spec.code.name + ": dispatch exceeds maxComputeWorkGroupCount");
@@ -90,7 +105,8 @@ class Commands {
     VkDescriptorSet set = allocate_set(kernel.set_layout(), spec.buffer_count);
     std::vector<VkDescriptorBufferInfo> infos;
     infos.reserve(buffers.size());
-    for (const BufferSlice& b : buffers) {
+    for (const Binding& binding : buffers) {
+      const BufferSlice& b = binding.slice;
       if (b.bytes() > device_.max_binding_bytes())
         throw error(std::string("kernel ") + spec.code.name + ": a binding of " + std::to_string(b.bytes()) +
                     " bytes exceeds maxStorageBufferRange (the caller must split the operand)");
@@ -103,7 +119,7 @@ class Commands {
     for (std::uint32_t i = 0; i < writes.size(); ++i) {
       writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
       writes[i].dstSet = set;
-      writes[i].dstBinding = i;
+      writes[i].dstBinding = buffers.begin()[i].index;
       writes[i].descriptorCount = 1;
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
       writes[i].pBufferInfo = &infos[i];
@@ -118,14 +134,14 @@ class Commands {
 
   /// The same with a push-constant struct (or array) whose layout matches the shader's push_constant block.
   template <class Push>
-  Commands& dispatch(const Kernel& kernel, std::initializer_list<BufferSlice> buffers, const Push& push, std::uint32_t x,
+  Commands& dispatch(const Kernel& kernel, std::initializer_list<Binding> buffers, const Push& push, std::uint32_t x,
                      std::uint32_t y = 1, std::uint32_t z = 1) {
     static_assert(std::is_trivially_copyable_v<Push> && !std::is_pointer_v<Push>, "push constants are copied bytewise");
     return dispatch_bytes(kernel, buffers, &push, sizeof(Push), x, y, z);
   }
 
   template <class Push>
-  Commands& dispatch(const KernelRef& kernel, std::initializer_list<BufferSlice> buffers, const Push& push,
+  Commands& dispatch(const KernelRef& kernel, std::initializer_list<Binding> buffers, const Push& push,
                      std::uint32_t x, std::uint32_t y = 1, std::uint32_t z = 1) {
     return dispatch(*kernel, buffers, push, x, y, z);
   }
