@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
@@ -32,7 +33,7 @@ struct KnnSearchStats {
 
   /// Adds another part's search (a shard's, searched at the same time): device times add where both have them.
   void add(const KnnSearchStats& other) {
-    device_ms = device_ms < 0 || other.device_ms < 0 ? -1.0 : device_ms + other.device_ms;
+    add_device_ms(device_ms, other.device_ms);
     sample_rows += other.sample_rows;
     list_batches += other.list_batches;
     list_overflows += other.list_overflows;

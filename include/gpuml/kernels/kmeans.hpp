@@ -152,13 +152,12 @@ class LloydEngine {
     const bool bounded = e_step == KMeansEStep::bounded ||
                          (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
     const KMeansTileParams tile_params = Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_));
-    if (info.type == vulkan::DeviceType::cpu) {
-      const std::uint64_t loops = kmeans_invocation_loops<T>(info, tile_params, k, static_cast<std::uint32_t>(d_));
-      if (loops > kCpuMaxInvocationLoops)
+    // On CPU devices nothing is dispatched with a tile that misfits the problem (llvmpipe's loop limit above all:
+    // it crashed at times on kernels it cut short); the catalogue may still return its least bad tile there.
+    if (info.type == vulkan::DeviceType::cpu)
+      if (auto why = kmeans_tile_misfit<T>(info, tile_params, k, static_cast<std::uint32_t>(d_)); !why.empty())
         throw unsupported("k-means on " + info.name + " for k=" + std::to_string(k) + ", d=" + std::to_string(d_) +
-                          " would run about " + std::to_string(loops) + " loop iterations per invocation, more than " +
-                          std::to_string(kCpuMaxInvocationLoops) + " (llvmpipe's loop limit is 65535)");
-    }
+                          " with tile " + tile_params.text() + ": " + why);
     plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), bounded);
     const std::uint64_t s = sizeof(T), tile = plan_.tile();
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
@@ -294,7 +293,7 @@ class LloydEngine {
     const auto parts = streamed_ ? 1u : static_cast<std::uint32_t>(pacer_.parts(kMaxParts));
     const auto started = KeepGoingPacer::Clock::now();
     double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
-    auto add_e_step_ms = [&e_step_ms](double ms) { vulkan::add_elapsed_ms(e_step_ms, ms); };
+    auto add_e_step_ms = [&e_step_ms](double ms) { add_device_ms(e_step_ms, ms); };
     auto record_start = [&](vulkan::Commands& into) {
       into.copy(centres_staging_, 0, centres_, 0, kd * s);
       into.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
@@ -377,19 +376,19 @@ class LloydEngine {
     pacer_.step_done(started);
     add_e_step_ms(cmds.elapsed_ms(0, 1));
     if (parts == 1 && plan_.bounds && update && !two_queues && !streamed_) {
-      vulkan::add_elapsed_ms(times_.check_ms, cmds.elapsed_ms(0, 3));
-      vulkan::add_elapsed_ms(times_.search_ms, cmds.elapsed_ms(3, 4));
-      vulkan::add_elapsed_ms(times_.sums_ms, cmds.elapsed_ms(4, 5));
+      add_device_ms(times_.check_ms, cmds.elapsed_ms(0, 3));
+      add_device_ms(times_.search_ms, cmds.elapsed_ms(3, 4));
+      add_device_ms(times_.sums_ms, cmds.elapsed_ms(4, 5));
       ++times_.stage_timed_steps;
     }
     auto& time = times_;
     if (update) {
       time.e_step_each_ms.push_back(e_step_ms);
-      vulkan::add_elapsed_ms(time.e_step_ms, e_step_ms);
-      vulkan::add_elapsed_ms(time.reduce_ms, cmds.elapsed_ms(1, 2));
+      add_device_ms(time.e_step_ms, e_step_ms);
+      add_device_ms(time.reduce_ms, cmds.elapsed_ms(1, 2));
       ++time.e_steps;
     } else {
-      vulkan::add_elapsed_ms(time.labels_ms, e_step_ms);
+      add_device_ms(time.labels_ms, e_step_ms);
       ++time.label_steps;
     }
     const T* out = static_cast<const T*>(readback_.mapped());

@@ -784,7 +784,7 @@ class KnnPasses {
   void submit() {
     cmds_.timestamp(1);
     cmds_.submit_and_wait();
-    vulkan::add_elapsed_ms(stats_.device_ms, cmds_.elapsed_ms(0, 1));
+    add_device_ms(stats_.device_ms, cmds_.elapsed_ms(0, 1));
     if (device_.info().type == vulkan::DeviceType::cpu && *static_cast<const std::uint32_t*>(ws_.status.mapped()) != 0)
       throw unsupported(device_.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
                         "per invocation) for d=" + std::to_string(shape_.d) + ", k=" + std::to_string(shape_.k));

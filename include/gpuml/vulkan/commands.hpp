@@ -312,8 +312,4 @@ class Commands {
   bool submitted_ = false, waited_ = false;
 };
 
-/// Adds one elapsed_ms reading to a running total of device time; a reading the queue could not take (negative)
-/// makes the total -1 for good, so a total is either the sum of every reading or says that there is none.
-inline void add_elapsed_ms(double& total, double ms) { total = ms < 0 || total < 0 ? -1.0 : total + ms; }
-
 }  // namespace gpuml::vulkan
