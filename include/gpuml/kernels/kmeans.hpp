@@ -101,12 +101,17 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
       pl.sum_rounds = r;
       break;
     }
+  // Beside the arrays counted below, the shader declares one spare element per array (six of T, six of uint),
+  // seven uint counters and flags, and the compiler may pad each array to its type's alignment: counted in full, so
+  // that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
+  auto shared_extra_bytes = [](std::uint64_t scalar) { return 6 * scalar + 52 + 12 * 4 * scalar; };
   auto bytes = [&](std::uint32_t ks, bool acc) {
     // centre tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
     // clusters with members; the sums; flags and counters
     const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
     return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
-           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) + 1 : 1) + 20;
+           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) : 0) +
+           shared_extra_bytes(s);
   };
   // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
