@@ -53,6 +53,7 @@ inline std::uint64_t test_seed() {
   static const std::uint64_t seed = [] {
     std::uint64_t s = std::random_device{}();
     if (const char* e = std::getenv("GPUML_TEST_SEED")) s = std::strtoull(e, nullptr, 10);
+    s &= 0x7FFFFFFFu;  // a seed plus a salt stays a numpy RandomState seed (below 2**32)
     std::printf("GPUML_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
     return s;
   }();

@@ -83,13 +83,13 @@ Eigen::VectorX<T> integer_weights(Eigen::Index n, std::uint64_t salt) {
 template <class T>
 Matrix<T> device_plus_plus(const gpuml::testing::NamedBackend& dev, const Matrix<T>& X, const Eigen::VectorX<T>& w, int k,
                            std::uint64_t seed, std::uint64_t max_chunk_bytes = 0) {
-  std::mt19937_64 rng(seed);
+  gpuml::algorithms::NumpyRandomState rng(seed);
   return gpuml::kernels::kmeans_plus_plus<T>(*dev.backend.device(), X, w, k, rng, max_chunk_bytes);
 }
 
 template <class T>
 Matrix<T> host_plus_plus(const Matrix<T>& X, const Eigen::VectorX<T>& w, int k, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  gpuml::algorithms::NumpyRandomState rng(seed);
   return gpuml::host::kmeans_plus_plus<T>(X, w, k, rng);
 }
 
@@ -533,12 +533,12 @@ TYPED_TEST(KMeansDeviceTest, ShiftedSamplesFitAsTheCentredCopy) {
       EXPECT_LT(a.centers.cwiseAbs().maxCoeff(), T(1e3)) << "the far centres' clusters were not refilled";
     }
     const std::uint64_t seed = gpuml::testing::test_seed() + 772;
-    std::mt19937_64 r1(seed), r2(seed);
+    gpuml::algorithms::NumpyRandomState r1(seed), r2(seed);
     const Matrix<T> p1 = gpuml::kernels::kmeans_plus_plus<T>(device, shifted, w, 11, r1);
     const Matrix<T> p2 = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 11, r2);
     EXPECT_EQ(std::memcmp(p1.data(), p2.data(), sizeof(T) * p1.size()), 0);
     // The host engine reads the same values from the shifted view where it refills empty clusters.
-    std::mt19937_64 r3(seed), r4(seed);
+    gpuml::algorithms::NumpyRandomState r3(seed), r4(seed);
     EXPECT_TRUE(gpuml::host::random_init<T>(shifted, w, 11, r3) == gpuml::host::random_init<T>(Xc, w, 11, r4));
   }
 }
@@ -556,7 +556,7 @@ TYPED_TEST(KMeansDeviceTest, EnginesOfOneFitShareTheSamples) {
     const gpuml::ShiftedView<T> Xc(X, shift.data());
     const std::uint64_t seed = gpuml::testing::test_seed() + 782;
     gpuml::kernels::ResidentSamples<T> resident;
-    std::mt19937_64 r1(seed), r2(seed);
+    gpuml::algorithms::NumpyRandomState r1(seed), r2(seed);
     const Matrix<T> shared_init = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 8, r1, 0, &resident);
     const Matrix<T> own_init = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 8, r2);
     ASSERT_EQ(std::memcmp(shared_init.data(), own_init.data(), sizeof(T) * own_init.size()), 0);

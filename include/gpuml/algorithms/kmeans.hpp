@@ -10,6 +10,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/warnings.hpp>
+#include <gpuml/algorithms/numpy_random.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -20,8 +21,8 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -227,8 +228,6 @@ concept PlusPlusEngine = requires(E& e, const Matrix<T>& c, int t, const std::ve
 };
 
 
-/// Uniform double in [0, 1) from 53 random bits: the same sequence with every standard library.
-inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 /// Python's repr() of a float (shortest round trip; exponent form below 1e-4 and from 1e16), for verbose output.
 inline std::string py_repr(double v) {
   if (std::isnan(v)) return "nan";
@@ -472,12 +471,21 @@ inline int plus_plus_trials(int k) { return 2 + static_cast<int>(std::log(static
 /// lands in (on a device, n / kPlusPlusBlock numbers move per round instead of n).
 inline constexpr std::int64_t kPlusPlusBlock = 1024;
 
-/// Sampling masses w_i * closest_i in double for `count` samples (closest null: the weights alone).
+/// Up to this many samples, float32 draws follow numpy's float32 cumulative sum exactly: np.cumsum of float32
+/// masses adds them one by one in float32, and its rounding (up to 1e-5 of the total at a million samples) moves a
+/// draw by many samples, so the sum is replayed in that order from every sample's mass each round. Beyond it, where
+/// numpy's float32 sum no longer resolves single samples, the draws use sums in double from the engines' block sums.
+inline constexpr std::int64_t kNumpyFloatCumsumSamples = std::int64_t(1) << 21;
+
+/// Sampling masses in double for `count` samples, each the product numpy forms in T (w_i * closest_i rounded to
+/// T), or the weights alone (closest null).
 template <class T>
 std::vector<double> sampling_masses(const T* w, const T* closest, std::int64_t count) {
   std::vector<double> m(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i)
-    m[i] = static_cast<double>(w[i]) * (closest ? static_cast<double>(closest[i]) : 1.0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const T product = closest ? static_cast<T>(w[i] * closest[i]) : w[i];
+    m[static_cast<std::size_t>(i)] = static_cast<double>(product);
+  }
   return m;
 }
 
@@ -491,172 +499,242 @@ std::int64_t block_begin(const Masses& m, std::int64_t b) {
     return b * m.block_rows();
 }
 
-/// The first sample at or after sample i0 of block b0 with positive mass, else the last one before it, else 0.
-/// Blocks whose sum is zero are skipped unread.
-template <class Masses>
-std::int64_t positive_mass_near(Masses& m, const std::vector<double>& sums, std::int64_t b0, std::int64_t i0) {
-  const std::int64_t n_blocks = static_cast<std::int64_t>(sums.size());
-  for (std::int64_t b = b0; b < n_blocks; ++b) {
-    if (b > b0 && !(sums[b] > 0)) continue;
-    const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? i0 : 0; i < static_cast<std::int64_t>(mass.size()); ++i)
-      if (mass[i] > 0) return block_begin(m, b) + i;
-  }
-  for (std::int64_t b = b0; b >= 0; --b) {
-    if (b < b0 && !(sums[b] > 0)) continue;
-    const std::vector<double> mass = m.block(b);
-    for (std::int64_t i = b == b0 ? i0 : static_cast<std::int64_t>(mass.size()) - 1; i >= 0; --i)
-      if (mass[i] > 0) return block_begin(m, b) + i;
-  }
-  return 0;
-}
-
-/// One index per u in [0, 1), drawn with probability mass_i / sum(mass) as numpy does: searchsorted on the
-/// cumulative sum at u * sum, side right (choice(p=...), the first centre) or left (_kmeans_plusplus), moved off
-/// zero-mass samples while any mass is left. The masses come in blocks of m.block_rows() samples:
+/// The cumulative sum of masses in blocks, as numpy's np.cumsum forms it: Acc = float adds every sample's mass in
+/// float32 in order (numpy's float32 cumsum, replayed from all masses); Acc = double adds the block sums, which
+/// differs from numpy's sequential double sum only in the last bits. The masses come in blocks of m.block_rows()
+/// samples:
 ///   const std::vector<double>& block_sums()   the sum of each block's masses
 ///   std::vector<double> block(b)              the masses of block b's samples, in double
 ///   void prefetch(blocks)                     a hint: these blocks will be read next
 ///   std::int64_t block_begin(b)               optional: block b's first sample, where blocks differ in size
-/// The cumulative sum runs in double over the block sums, then inside the blocks drawn.
+///   void prefetch_all()                       optional: every block will be read next
+template <class Acc, class Masses>
+class Cumsum {
+ public:
+  explicit Cumsum(Masses& m) : m_(m) {
+    const std::vector<double>& sums = m.block_sums();
+    ends_.resize(sums.size());
+    if constexpr (std::is_same_v<Acc, double>) {
+      double total = 0;
+      for (std::size_t b = 0; b < sums.size(); ++b) ends_[b] = (total += sums[b]);
+    } else {
+      if constexpr (requires { m.prefetch_all(); }) m.prefetch_all();
+      Acc c = 0;
+      for (std::size_t b = 0; b < sums.size(); ++b) {
+        for (const double v : m.block(static_cast<std::int64_t>(b))) c = static_cast<Acc>(c + static_cast<Acc>(v));
+        ends_[b] = static_cast<double>(c);
+      }
+    }
+  }
+  /// The sum of all masses (numpy's cdf[-1]).
+  double total() const { return ends_.empty() ? 0.0 : ends_.back(); }
+
+  /// For each target, the first sample whose cumulative sum reaches it (reached(cum, target) true), -1 where none
+  /// does. The sum is non-decreasing, so blocks are found by binary search and only those blocks are read.
+  template <class Reached>
+  std::vector<std::int64_t> first_reaching(const std::vector<double>& targets, Reached reached) {
+    std::vector<std::int64_t> blocks(targets.size(), -1), out(targets.size(), -1);
+    for (std::size_t q = 0; q < targets.size(); ++q) {
+      const auto it = std::partition_point(ends_.begin(), ends_.end(), [&](double e) { return !reached(e, targets[q]); });
+      if (it != ends_.end()) blocks[q] = it - ends_.begin();
+    }
+    std::vector<std::int64_t> wanted;
+    for (std::int64_t b : blocks)
+      if (b >= 0) wanted.push_back(b);
+    m_.prefetch(wanted);
+    for (std::size_t q = 0; q < targets.size(); ++q) {
+      const std::int64_t b = blocks[q];
+      if (b < 0) continue;
+      const std::vector<double> mass = m_.block(b);
+      Acc c = static_cast<Acc>(b > 0 ? ends_[static_cast<std::size_t>(b - 1)] : 0.0);
+      std::int64_t i = 0;
+      // The block's end reaches the target, so one of its samples does (the replay adds as the ends were formed;
+      // with block sums, rounding can leave the block's own samples just short: then its last sample).
+      for (; i + 1 < static_cast<std::int64_t>(mass.size()); ++i) {
+        c = static_cast<Acc>(c + static_cast<Acc>(mass[static_cast<std::size_t>(i)]));
+        if (reached(static_cast<double>(c), targets[q])) break;
+      }
+      out[q] = block_begin(m_, b) + i;
+    }
+    return out;
+  }
+
+ private:
+  Masses& m_;
+  std::vector<double> ends_;
+};
+
+/// numpy's RandomState.choice(n, p=masses / total) for one draw (k-means++'s first centre): the cumulative sum of
+/// p in double divided by its last value, searched on the right for one random_sample().
 template <class Masses>
-std::vector<std::int64_t> draw(Masses& m, const std::vector<double>& u, bool side_right) {
-  const std::vector<double>& sums = m.block_sums();
-  const std::int64_t n_blocks = static_cast<std::int64_t>(sums.size());
-  std::vector<double> ends(sums.size());  // the cumulative sum at the end of each block
-  double total = 0;
-  for (std::int64_t b = 0; b < n_blocks; ++b) ends[b] = (total += sums[b]);
-  auto reached = [&](double cum, double r) { return side_right ? cum > r : cum >= r; };
-  std::vector<std::int64_t> blocks(u.size()), out(u.size());
-  for (std::size_t q = 0; q < u.size(); ++q) {
-    const double r = u[q] * total;
-    const auto it = side_right ? std::upper_bound(ends.begin(), ends.end(), r) : std::lower_bound(ends.begin(), ends.end(), r);
-    blocks[q] = std::min<std::int64_t>(it - ends.begin(), n_blocks - 1);
-  }
-  m.prefetch(blocks);
-  for (std::size_t q = 0; q < u.size(); ++q) {
-    const double r = u[q] * total;
-    const std::int64_t b = blocks[q];
-    const std::vector<double> mass = m.block(b);
-    // Past the block's end without reaching r (rounding between the block sum and its samples): its last sample.
-    std::int64_t i = 0;
-    for (double cum = b > 0 ? ends[b - 1] : 0.0; i + 1 < static_cast<std::int64_t>(mass.size()); ++i)
-      if (reached(cum += mass[i], r)) break;
-    out[q] = total > 0 && !(mass[i] > 0) ? positive_mass_near(m, sums, b, i) : block_begin(m, b) + i;
-  }
-  return out;
+std::int64_t choice(Masses& m, std::int64_t n, NumpyRandomState& random) {
+  Cumsum<double, Masses> cdf(m);
+  const double total = cdf.total(), u = random.random_sample();
+  const std::int64_t i = cdf.first_reaching({u}, [&](double cum, double x) { return cum / total > x; })[0];
+  return i >= 0 ? i : n - 1;
 }
 
-/// The masses of the first draw: the sample weights.
+/// scikit-learn's k-means++ candidates: np.searchsorted(np.cumsum(masses), u * current_pot) with u drawn by
+/// random_state.uniform, clipped to the last of the n samples. Acc is the cumulative sum's type (see Cumsum).
+template <class Acc, class Masses>
+std::vector<std::int64_t> plus_plus_candidates(Masses& m, std::int64_t n, const std::vector<double>& targets) {
+  Cumsum<Acc, Masses> cumsum(m);
+  std::vector<std::int64_t> ids = cumsum.first_reaching(targets, [](double cum, double r) { return cum >= r; });
+  for (auto& i : ids)
+    if (i < 0) i = n - 1;
+  return ids;
+}
+
+/// The masses of the first draw: numpy's p = sample_weight / sample_weight.sum() in T (the sum in double, rounded
+/// to T), as double. `weight_sum`: the sum over all shards, where w is one shard of the data.
 template <class T>
 class WeightMasses {
  public:
-  explicit WeightMasses(VectorView<T> w) : w_(w) {
+  explicit WeightMasses(VectorView<T> w, std::optional<double> weight_sum = {}) : w_(w) {
     const std::int64_t n = w.size();
-    sums_.resize(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock));
-    for (std::size_t b = 0; b < sums_.size(); ++b) {
+    std::vector<double> parts(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock));
+    if (!weight_sum)
+      parallel_chunks(n, kPlusPlusBlock, [&](std::int64_t b, std::int64_t begin, std::int64_t end) {
+        double s = 0;
+        for (std::int64_t i = begin; i < end; ++i) s += static_cast<double>(w[i]);
+        parts[static_cast<std::size_t>(b)] = s;
+      });
+    double total = 0;
+    for (double s : parts) total += s;
+    total_ = static_cast<T>(weight_sum ? *weight_sum : total);
+    sums_.resize(parts.size());
+    parallel_chunks(n, kPlusPlusBlock, [&](std::int64_t b, std::int64_t, std::int64_t) {
       double s = 0;
-      for (double v : block(static_cast<std::int64_t>(b))) s += v;
-      sums_[b] = s;
-    }
+      for (double v : block(b)) s += v;
+      sums_[static_cast<std::size_t>(b)] = s;
+    });
   }
   std::int64_t block_rows() const { return kPlusPlusBlock; }
   const std::vector<double>& block_sums() const { return sums_; }
   void prefetch(const std::vector<std::int64_t>&) {}
   std::vector<double> block(std::int64_t b) const {
     const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(w_.size(), begin + kPlusPlusBlock);
-    return sampling_masses<T>(w_.data() + begin, nullptr, end - begin);
+    std::vector<double> out(static_cast<std::size_t>(end - begin));
+    for (std::int64_t i = begin; i < end; ++i) out[static_cast<std::size_t>(i - begin)] = p(i);
+    return out;
   }
+  /// Sample i's probability.
+  double p(std::int64_t i) const { return static_cast<double>(static_cast<T>(w_[i] / total_)); }
 
  private:
   VectorView<T> w_;
+  T total_ = 0;
   std::vector<double> sums_;
 };
 
-/// scikit-learn's _kmeans_plusplus (greedy) on centred data, for any engine that keeps closest_i, each sample's
-/// squared distance to its nearest centre so far, and provides:
+/// scikit-learn's _kmeans_plusplus (greedy) on centred data, drawing from numpy's stream as scikit-learn does, for
+/// any engine that keeps closest_i, each sample's squared distance to its nearest centre so far, and provides:
 ///   void start(c)                        closest = ||x - c||^2 for the first centre (a 1 x d matrix)
 ///   std::vector<double> potentials(cand) per candidate row: sum_i w_i min(closest_i, ||x_i - cand||^2)
 ///   void keep(t)                         closest = min(closest, ||x - cand_t||^2) for the last potentials' candidates
-///   the sampling masses w_i * closest_i in blocks, as draw reads them
-/// The first centre is drawn with probability w / sum(w); then each round draws 2 + int(log k) candidates
-/// proportional to w * closest and keeps the one of lowest potential (the first on ties, as np.argmin).
+///   the sampling masses w_i * closest_i in blocks, as Cumsum reads them
+/// The first centre is random_state.choice(n, p=w / sum(w)); then each round draws 2 + int(log k) candidates at
+/// uniform() * current_pot in the cumulative masses and keeps the one of lowest potential (the first on ties, as
+/// np.argmin). Potentials are rounded to T, as scikit-learn's are T. scikit-learn sums the potentials with BLAS in T,
+/// the engines in double: a draw differs only where its target falls within that rounding of a boundary.
 ///
-/// `first_masses` are the masses of the first draw (the weights, as WeightMasses) and rows(ids) returns the drawn
-/// samples as rows; the overload below takes both from X and w. Shards of one data set (one per MPI rank) pass
+/// `first_masses` are the masses of the first draw (the weights, as WeightMasses) of n samples and rows(ids) returns
+/// the drawn samples as rows; the overload below takes them from X and w. `chosen`, where given, receives the
+/// indices of the samples kept as centres (scikit-learn's kmeans_plusplus returns them). Shards of one data set (one per MPI rank) pass
 /// masses and rows that span every shard.
 template <class T, class Engine, class FirstMasses, class Rows>
   requires PlusPlusEngine<Engine, T>
-Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows, int k, std::mt19937_64& rng) {
+Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows, std::int64_t n, int k,
+                         NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
   const int n_trials = plus_plus_trials(k);
-  const Matrix<T> first = rows(draw(first_masses, {uniform01(rng)}, true));
+  const std::int64_t first_id = choice(first_masses, n, random);
+  if (chosen) chosen->assign(1, first_id);
+  const Matrix<T> first = rows({first_id});
   Matrix<T> centers(k, first.cols());
   centers.row(0) = first.row(0);
   engine.start(first);
-  std::vector<double> u(static_cast<std::size_t>(n_trials));
+  double pot = 0;
+  for (const double s : engine.block_sums()) pot += s;
+  T current_pot = static_cast<T>(pot);
+  std::vector<double> targets(static_cast<std::size_t>(n_trials));
   for (int c = 1; c < k; ++c) {
-    for (double& x : u) x = uniform01(rng);
-    const Matrix<T> cand = rows(draw(engine, u, false));
-    const std::vector<double> pot = engine.potentials(cand);
-    const int best = static_cast<int>(std::min_element(pot.begin(), pot.end()) - pot.begin());
+    for (double& r : targets) r = random.random_sample() * static_cast<double>(current_pot);
+    const std::vector<std::int64_t> ids = std::is_same_v<T, float> && n <= kNumpyFloatCumsumSamples
+                                              ? plus_plus_candidates<float>(engine, n, targets)
+                                              : plus_plus_candidates<double>(engine, n, targets);
+    const Matrix<T> cand = rows(ids);
+    const std::vector<double> pot_each = engine.potentials(cand);
+    int best = 0;
+    for (int t = 1; t < n_trials; ++t)
+      if (static_cast<T>(pot_each[static_cast<std::size_t>(t)]) < static_cast<T>(pot_each[static_cast<std::size_t>(best)]))
+        best = t;
+    current_pot = static_cast<T>(pot_each[static_cast<std::size_t>(best)]);
     engine.keep(best);
     centers.row(c) = cand.row(best);
+    if (chosen) chosen->push_back(ids[static_cast<std::size_t>(best)]);
   }
   return centers;
 }
 
 template <class T, class Engine>
   requires PlusPlusEngine<Engine, T>
-Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, int k, NumpyRandomState& random,
+                         std::vector<std::int64_t>* chosen = nullptr) {
   WeightMasses<T> weights(w);
   auto rows = [&](const std::vector<std::int64_t>& ids) {
     Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
     for (std::size_t t = 0; t < ids.size(); ++t) out.row(static_cast<Eigen::Index>(t)) = X.row(ids[t]);
     return out;
   };
-  return plus_plus_loop<T>(engine, weights, rows, k, rng);
+  return plus_plus_loop<T>(engine, weights, rows, X.rows(), k, random, chosen);
 }
 
-/// init="random": k distinct samples drawn with probability w / sum(w), as numpy's choice(replace=False, p=...)
-/// (rounds of draws, duplicates dropped, chosen samples' weight zeroed). Needs k samples with positive weight.
+/// init="random": numpy's RandomState.choice(n, size=k, replace=False, p=w / sum(w)), as scikit-learn draws it:
+/// rounds of random_sample() draws searched on the right in the cumulative p (in double, divided by its last
+/// value), the samples already found given p = 0, repeats within a round dropped. Needs k samples with positive
+/// weight. `chosen`, where given, receives the drawn samples' indices.
 template <class T>
-Matrix<T> random_init(ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> random_init(ShiftedView<T> X, VectorView<T> w, int k, NumpyRandomState& random,
+                      std::vector<std::int64_t>* chosen = nullptr) {
   const std::int64_t n = X.rows();
-  // The cumulative masses, numpy's cumsum of p: one sequential sum in double, the chosen samples adding zero. Pages
-  // are first touched on the host threads; every entry is written before it is read.
+  WeightMasses<T> masses(w);
+  // The cumulative p, numpy's cumsum: one sequential sum in double, found samples adding zero. Pages are first
+  // touched on the host threads; every entry is written before it is read.
   std::unique_ptr<double[]> cdf(new double[static_cast<std::size_t>(n)]);
   parallel_chunks(n, kRowChunk, [&](std::int64_t, std::int64_t b, std::int64_t e) { std::fill(&cdf[b], &cdf[e], 0.0); });
-  std::vector<std::int64_t> found, chosen;  // chosen: found, sorted
+  std::vector<std::int64_t> found, zeroed;  // zeroed: found, sorted
   found.reserve(static_cast<std::size_t>(k));
-  auto mass = [&](std::int64_t i) {
-    return std::binary_search(chosen.begin(), chosen.end(), i) ? 0.0 : static_cast<double>(w[i]);
-  };
   while (static_cast<int>(found.size()) < k) {
     const int need = k - static_cast<int>(found.size());
     std::vector<double> u(static_cast<std::size_t>(need));
-    for (auto& x : u) x = uniform01(rng);
-    chosen = found;
-    std::sort(chosen.begin(), chosen.end());
-    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    for (auto& x : u) x = random.random_sample();
+    zeroed = found;
+    std::sort(zeroed.begin(), zeroed.end());
     double s = 0;
     std::int64_t i = 0;
-    for (const std::int64_t c : chosen) {  // the runs between chosen samples, then the chosen one's zero
-      for (; i < c; ++i) cdf[i] = (s += static_cast<double>(w[i]));
+    for (const std::int64_t z : zeroed) {  // the runs between found samples, then the found one's zero
+      for (; i < z; ++i) cdf[i] = (s += masses.p(i));
       cdf[i++] = (s += 0.0);
     }
-    for (; i < n; ++i) cdf[i] = (s += static_cast<double>(w[i]));
+    for (; i < n; ++i) cdf[i] = (s += masses.p(i));
     if (!(s > 0)) break;
     std::vector<std::int64_t> drawn;
     for (double x : u) {
-      std::int64_t idx = std::upper_bound(cdf.get(), cdf.get() + n, x * s) - cdf.get();
-      if (idx >= n) idx = n - 1;
-      while (idx > 0 && !(mass(idx) > 0)) --idx;
+      // The first i with cdf[i] / s > x (cdf /= cdf[-1]; searchsorted side right); the quotient never decreases.
+      std::int64_t lo = 0, hi = n;
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        if (cdf[mid] / s > x) hi = mid;
+        else lo = mid + 1;
+      }
+      const std::int64_t idx = std::min(lo, n - 1);
       if (std::find(drawn.begin(), drawn.end(), idx) == drawn.end()) drawn.push_back(idx);
     }
     for (std::int64_t idx : drawn) found.push_back(idx);
   }
   Matrix<T> centers(k, X.cols());
   for (int j = 0; j < k; ++j) centers.row(j) = X.row(found[j < static_cast<int>(found.size()) ? j : 0]);
+  if (chosen) *chosen = found;
   return centers;
 }
 

@@ -1,136 +1,20 @@
 // KMeans with scikit-learn's semantics (Lloyd, greedy k-means++ / random / array init, n_init restarts, relative tol,
-// centring, empty-cluster relocation). The estimator holds the scikit-learn logic and the checks; the engines behind
-// detail::run_* hold the numerics, chosen by gpuml::run_on.
+// centring, empty-cluster relocation): the model of the last fit, made by fit_kmeans (estimators/kmeans_fit.hpp,
+// the one fit driver), and predict, transform and score on its centres.
 #pragma once
 
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
-#include <gpuml/core/parallel.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
-#include <gpuml/core/warnings.hpp>
-#include <gpuml/host/kmeans.hpp>
-#include <gpuml/kernels/kmeans.hpp>
-#include <gpuml/kernels/kmeans_plus_plus.hpp>
+#include <gpuml/estimators/kmeans_fit.hpp>
 #include <gpuml/kernels/kmeans_policy.hpp>
-#include <gpuml/select.hpp>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
 #include <limits>
-#include <optional>
-#include <random>
 #include <string>
-#include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace gpuml {
-
-namespace detail {
-
-// Every engine call goes through gpuml::run_on (select.hpp): the device engine on a Vulkan backend, the host engine
-// where the device cannot run the problem, with one warning.
-
-/// Calls fn with X less its shift as one matrix view: X itself where there is no shift, otherwise a centred copy made
-/// on the host threads (the host engines read a plain matrix; the device engines subtract on their upload instead).
-template <class T, class Fn>
-decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
-  if (!X.shift) return fn(X.X);
-  Matrix<T> Xc(X.rows(), X.cols());
-  X.copy_rows(0, X.rows(), Xc.data());
-  return fn(MatrixView<T>(Xc));
-}
-
-template <class T, class Policy>
-host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
-                               int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
-                               const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
-                               kernels::ResidentSamples<T>* resident = nullptr) {
-  // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
-  if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
-  return run_on<T>(
-      backend, "KMeans",
-      [&] {
-        if (backend.device_count() == 1)
-          return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                           keep_going, e_step, resident);
-        std::vector<vulkan::Device*> devices;
-        for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step);
-      },
-      [&] {
-        return with_centred_copy(X, [&](MatrixView<T> Xc) {
-          return host::lloyd<T>(Xc, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going);
-        });
-      });
-}
-
-template <class T, class Policy>
-Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
-                               kernels::ResidentSamples<T>* resident = nullptr) {
-  const std::mt19937_64 before = rng;  // a fallback draws the same sequence the device would have
-  return run_on<T>(
-      backend, "k-means++ seeding",
-      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, rng, 0, resident); },
-      [&] {
-        rng = before;
-        return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, rng); });
-      });
-}
-
-template <class T, class Policy>
-Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
-  return run_on<T>(
-      backend, "KMeans.predict", [&] { return kernels::assign<T, Policy>(*backend.device(), X, centers); },
-      [&] { return host::assign<T>(X, centers); });
-}
-
-template <class T, class Policy>
-Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
-  return run_on<T>(
-      backend, "KMeans.transform", [&] { return kernels::transform<T>(*backend.device(), X, centers); },
-      [&] { return host::euclidean_to_centers<T>(X, centers); });
-}
-
-/// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest centre (scikit-learn's score, negated), labels and sum on one
-/// engine.
-template <class T, class Policy>
-double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
-  return run_on<T>(
-      backend, "KMeans.score",
-      [&] { return kernels::labels_inertia<T, Policy>(*backend.device(), X, w, centers); },
-      [&] { return host::inertia<T>(X, w, centers, host::assign<T>(X, centers)); });
-}
-
-/// scikit-learn's _is_same_clustering: labels1 maps consistently onto labels2.
-inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
-  std::vector<std::int32_t> mapping(static_cast<std::size_t>(n_clusters), -1);
-  for (Eigen::Index i = 0; i < a.size(); ++i) {
-    auto& m = mapping[static_cast<std::size_t>(a[i])];
-    if (m == -1)
-      m = b[i];
-    else if (m != b[i])
-      return false;
-  }
-  return true;
-}
-
-}  // namespace detail
-
-/// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
-struct FitTimes {
-  double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
-  double seeding = 0;     ///< initial centres, every run
-  double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
-  double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
-  double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
-  double finish = 0;      ///< of which the final E-steps, inertia and labels
-  double total = 0;       ///< the whole fit
-};
 
 template <class T, class Policy = kmeans_default_policy>
 class KMeans {
@@ -140,109 +24,24 @@ class KMeans {
   explicit KMeans(KMeansParams params = {}, Backend backend = default_backend())
       : params_(std::move(params)), backend_(std::move(backend)) {}
 
-  KMeans& fit(MatrixView<T> X) {
-    checks::non_empty(X, "X");
-    return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeans& {
-      Vector<T> w(X.rows());
-      parallel_chunks(X.rows(), algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-        w.segment(begin, end - begin).setOnes();
-      });
-      return fit_checked(X, w);
-    });
-  }
+  /// Fits on X (unit weights) or on X with sample weights: fit_kmeans with numpy's stream seeded by
+  /// params().random_state. A failed fit leaves an earlier one untouched.
+  KMeans& fit(MatrixView<T> X) { return commit(fit_kmeans<T, Policy>(backend_, X, nullptr, params_)); }
 
   KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
-    return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T),
-                              [&]() -> KMeans& { return fit_checked(X, sample_weight); });
+    return commit(fit_kmeans<T, Policy>(backend_, X, &sample_weight, params_));
   }
 
  private:
-  KMeans& fit_checked(MatrixView<T> X, VectorView<T> sample_weight) {
-    using Clock = std::chrono::steady_clock;
-    const auto fit_start = Clock::now();
-    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-    const KMeansParams& p = params_;
-    algorithms::check_kmeans_params(p);
-    const bool array_init = p.init_centers.has_value();
-    checks::non_empty(X, "X");
-    // The column sums give the mean and, in the same pass, the finite check: a sum of finite floats in double is
-    // finite, so only a non-finite sum needs the search for the first bad value (which a double X may also pass).
-    const Eigen::RowVectorXd column_sums = algorithms::column_sums(X, nullptr);
-    if (!column_sums.allFinite()) checks::finite(X, "X");
-    const Eigen::Index n = X.rows(), d = X.cols();
-    const int k = p.n_clusters;
-    if (n < k)
-      throw invalid_input("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
-    checks::same_length(n, sample_weight.size(), "sample_weight");
-    const auto weights = algorithms::check_sample_weight(sample_weight);
-    if (!(weights.sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
-    if (!array_init && p.init == "random" && weights.positive < k)
-      throw invalid_input("init=\"random\" needs n_clusters=" + std::to_string(k) +
-                          " samples with positive weight, but only " + std::to_string(weights.positive) + " have one");
-    if (array_init) algorithms::check_init_centers<T>(*p.init_centers, k, d);
-
-    int n_init = p.n_init;
-    if (n_init == 0) n_init = (array_init || p.init == "k-means++") ? 1 : 10;
-    if (array_init && n_init != 1) {
-      warn("Explicit initial center position passed: performing only one init in KMeans instead of n_init=" +
-           std::to_string(n_init) + ".");
-      n_init = 1;
-    }
-
-    // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
-    const Eigen::RowVectorXd mean = column_sums / static_cast<double>(n);
-    const double tol_absolute =
-        p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(algorithms::column_sums(X, &mean), static_cast<double>(n), p.tol);
-
-    // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
-    const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
-    const ShiftedView<T> Xc(X, mean_t.data());
-    Matrix<T> init_c;
-    if (array_init) init_c = p.init_centers->template cast<T>().rowwise() - mean_t;
-    FitTimes times;
-    times.checks = seconds_since(fit_start);
-
-    std::mt19937_64 rng(p.random_state);
-    std::optional<host::LloydResult<T>> best;
-    kernels::ResidentSamples<T> resident;  // X and the weights on the device: uploaded once for every run
-    for (int run = 0; run < n_init; ++run) {
-      auto phase = Clock::now();
-      Matrix<T> start;
-      if (array_init)
-        start = init_c;
-      else if (p.init == "k-means++")
-        start = detail::run_kmeans_plus_plus<T, Policy>(backend_, Xc, sample_weight, k, rng, &resident);
-      else
-        start = host::random_init<T>(Xc, sample_weight, k, rng);
-      if (p.verbose) verbose_line("Initialization complete");
-      times.seeding += seconds_since(phase);
-      phase = Clock::now();
-      host::LloydResult<T> r =
-          detail::run_lloyd<T, Policy>(backend_, Xc, sample_weight, start, p.max_iter, tol_absolute, p.verbose,
-                                       p.on_iteration, p.keep_going, p.e_step, &resident);
-      times.lloyd += seconds_since(phase);
-      times.setup += r.setup_seconds;
-      times.iterations += r.iteration_seconds;
-      times.finish += r.finish_seconds;
-      if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k)))
-        best = std::move(r);
-    }
-
-    Matrix<T> centers = best->centers.rowwise() + mean_t;
-    const int distinct = algorithms::distinct_labels(best->labels, k);
-    if (distinct < k)
-      warn("Number of distinct clusters (" + std::to_string(distinct) + ") found smaller than n_clusters (" +
-           std::to_string(k) + "). Possibly due to duplicate points in X.");
-    times.total = seconds_since(fit_start);
-
-    // Commit only now: a failed fit leaves an earlier one untouched.
-    centers_ = std::move(centers);
-    labels_ = std::move(best->labels);
-    inertia_ = best->inertia;
-    n_iter_ = best->n_iter;
-    iteration_seconds_ = best->iteration_seconds;
-    step_times_ = best->step_times;
-    fit_times_ = times;
+  KMeans& commit(KMeansFit<T>&& fit) {
+    centers_ = std::move(fit.cluster_centers);
+    labels_ = std::move(fit.labels);
+    inertia_ = fit.inertia;
+    n_iter_ = fit.n_iter;
+    iteration_seconds_ = fit.iteration_seconds;
+    step_times_ = std::move(fit.step_times);
+    fit_times_ = fit.times;
+    uploads_ = fit.uploads;
     fitted_ = true;
     return *this;
   }
@@ -260,6 +59,7 @@ class KMeans {
     iteration_seconds_ = 0;
     step_times_ = {};
     fit_times_ = {};
+    uploads_ = 0;
     fitted_ = true;
     return *this;
   }
@@ -327,6 +127,11 @@ class KMeans {
     require_fitted();
     return fit_times_;
   }
+  /// How many times the last fit sent X to a device (once per fit and device, whatever n_init; 0 on the host).
+  int uploads() const {
+    require_fitted();
+    return uploads_;
+  }
   bool fitted() const { return fitted_; }
   const KMeansParams& params() const { return params_; }
   const Backend& backend() const { return backend_; }
@@ -351,6 +156,7 @@ class KMeans {
   double iteration_seconds_ = 0.0;
   algorithms::StepTimes step_times_;
   FitTimes fit_times_;
+  int uploads_ = 0;
   bool fitted_ = false;
 };
 

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -34,17 +33,14 @@ namespace gpuml::host {
 namespace kmeans_detail {
 // scikit-learn's algorithm lives in the algorithm layer; the host engine below implements its engine operations.
 using algorithms::average_centers;
-using algorithms::draw;
 using algorithms::kPlusPlusBlock;
 using algorithms::lloyd_loop;
 using algorithms::plus_plus_loop;
 using algorithms::plus_plus_trials;
-using algorithms::positive_mass_near;
 using algorithms::py_repr;
 using algorithms::relocate_empty_clusters;
 using algorithms::sampling_masses;
 using algorithms::sq_dist;
-using algorithms::uniform01;
 using algorithms::WeightMasses;
 }  // namespace kmeans_detail
 
@@ -551,11 +547,11 @@ class HostPlusPlus {
 }  // namespace kmeans_detail
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, on the host (kmeans_detail::plus_plus_loop).
-/// Samples with w * D^2 = 0 are never drawn while any positive mass is left.
 template <class T>
-Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, std::mt19937_64& rng) {
+Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, algorithms::NumpyRandomState& random,
+                           std::vector<std::int64_t>* chosen = nullptr) {
   kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k));
-  return kmeans_detail::plus_plus_loop<T>(engine, ShiftedView<T>(X), w, k, rng);
+  return kmeans_detail::plus_plus_loop<T>(engine, ShiftedView<T>(X), w, k, random, chosen);
 }
 
 }  // namespace gpuml::host

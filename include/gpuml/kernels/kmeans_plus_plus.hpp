@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <random>
 #include <tuple>
 #include <vector>
 
@@ -152,6 +151,21 @@ class PlusPlusEngine {
     }
   }
 
+  /// Downloads every sample's distance in one submission (a draw that replays numpy's float32 cumulative sum reads
+  /// every block).
+  void prefetch_all() {
+    const std::uint64_t s = sizeof(T);
+    if (readback_all_.handle() == VK_NULL_HANDLE) readback_all_ = dev_.buffer(n_ * s, vulkan::MemoryUse::readback);
+    vulkan::Commands& cmds = commands();
+    for (const Chunk& c : chunks_) cmds.copy(c.closest, 0, readback_all_, c.first * s, c.rows * s);
+    cmds.submit_and_wait();
+    const T* closest = static_cast<const T*>(readback_all_.mapped());
+    for (std::uint64_t b = 0; b < block_sums_.size(); ++b) {
+      const std::uint64_t first = b * kBlock, rows = std::min(kBlock, n_ - first);
+      masses_[std::int64_t(b)] = algorithms::sampling_masses<T>(w_.data() + first, closest + first, std::int64_t(rows));
+    }
+  }
+
   std::vector<double> block(std::int64_t b) {
     prefetch({b});
     return masses_.at(b);
@@ -218,17 +232,18 @@ class PlusPlusEngine {
   std::vector<Chunk> chunks_;
   std::vector<double> block_sums_;
   std::map<std::int64_t, std::vector<double>> masses_;  // per-sample masses of the blocks read this round
-  vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_;
+  vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_, readback_all_;
   vulkan::KernelRef potentials_, commit_;
   std::unique_ptr<vulkan::Commands> commands_;
 };
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.
 template <class T>
-Matrix<T> kmeans_plus_plus(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int k, std::mt19937_64& rng,
-                           std::uint64_t max_chunk_bytes = 0, ResidentSamples<T>* resident = nullptr) {
+Matrix<T> kmeans_plus_plus(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int k,
+                           algorithms::NumpyRandomState& random, std::uint64_t max_chunk_bytes = 0,
+                           ResidentSamples<T>* resident = nullptr, std::vector<std::int64_t>* chosen = nullptr) {
   PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes, resident);
-  return algorithms::plus_plus_loop<T>(engine, X, w, k, rng);
+  return algorithms::plus_plus_loop<T>(engine, X, w, k, random, chosen);
 }
 
 }  // namespace gpuml::kernels

@@ -31,6 +31,9 @@ class ResidentSamples {
   }
   /// The chunks held (empty before an engine left any).
   const std::vector<ResidentChunk>& chunks() const { return chunks_; }
+  /// How many times the samples were uploaded for the engines this served (the fit's statistics).
+  int uploads() const noexcept { return uploads_; }
+  void count_upload() noexcept { ++uploads_; }
   void keep(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks) {
     device_ = &device;
     n_ = n;
@@ -42,6 +45,7 @@ class ResidentSamples {
   const vulkan::Device* device_ = nullptr;
   std::uint64_t n_ = 0, chunk_rows_ = 0;
   std::vector<ResidentChunk> chunks_;
+  int uploads_ = 0;
 };
 
 /// The chunks of X (less its shift) and w for an engine: those `resident` holds for this layout, or new ones
@@ -55,7 +59,10 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   if (keepable)
     if (auto chunks = resident->take(device, n, chunk_rows); !chunks.empty()) return chunks;
   // Samples in another layout or place are not used again: their device memory goes before new buffers come.
-  if (resident) resident->keep(device, 0, 0, {});
+  if (resident) {
+    resident->keep(device, 0, 0, {});
+    resident->count_upload();
+  }
   std::vector<ResidentChunk> chunks;
   for (std::uint64_t r0 = 0; r0 < n; r0 += chunk_rows) {
     ResidentChunk c;

@@ -273,13 +273,14 @@ class RankBlocks {
     return std::min(algorithms::kPlusPlusBlock, rows - lb * algorithms::kPlusPlusBlock);
   }
   std::int64_t first_row(int r) const { return first_row_[static_cast<std::size_t>(r)]; }
+  std::int64_t total_rows() const { return first_row_.back(); }
 
  private:
   std::vector<std::int64_t> first_block_, first_row_;
 };
 
 /// A rank's sampling masses (blocks of its own rows: algorithms::WeightMasses or a k-means++ engine) seen as the
-/// masses of all ranks' rows, as algorithms::draw reads them. Every call is collective: every rank draws the same
+/// masses of all ranks' rows, as algorithms::Cumsum reads them. Every call is collective: every rank draws the same
 /// numbers from the same sums, so every rank asks for the same blocks in the same order.
 template <class Local>
 class SpreadMasses {
@@ -298,6 +299,11 @@ class SpreadMasses {
   std::int64_t block_rows() const { return algorithms::kPlusPlusBlock; }
   std::int64_t block_begin(std::int64_t b) const { return blocks_.block_begin(b); }
   const std::vector<double>& block_sums() const { return sums_; }
+  void prefetch_all() {
+    comm_.guarded([&] {
+      if constexpr (requires { local_.prefetch_all(); }) local_.prefetch_all();
+    });
+  }
   void prefetch(const std::vector<std::int64_t>& ids) {
     std::vector<std::int64_t> mine;
     for (std::int64_t b : ids)
@@ -492,10 +498,10 @@ class KMeans {
       };
     const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
     const detail::RankBlocks blocks(first_rows);
-    std::mt19937_64 rng(p.random_state);
+    algorithms::NumpyRandomState random(p.random_state);
     std::optional<algorithms::LloydResult<T>> best;
     for (int attempt = 0; attempt < n_init; ++attempt) {
-      const Matrix<T> start = array_init ? init_c : seed(local, blocks, Xc, sample_weight, static_cast<int>(k), rng);
+      const Matrix<T> start = array_init ? init_c : seed(local, blocks, Xc, sample_weight, static_cast<int>(k), total_weight[0], random);
       if (p.verbose) verbose_line("Initialization complete");
       algorithms::LloydResult<T> r = lloyd(local, Xc, sample_weight, start, first, tol_absolute, on_iteration);
       // scikit-learn keeps a later run only if its inertia is lower and it is not the same clustering.
@@ -540,7 +546,7 @@ class KMeans {
   /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
   /// block sums of every rank; the candidates' rows come from their owners.
   Matrix<T> seed(const Backend& local, const detail::RankBlocks& blocks, MatrixView<T> Xc, VectorView<T> w, int k,
-                 std::mt19937_64& rng) {
+                 double weight_sum, algorithms::NumpyRandomState& random) {
     const int trials = algorithms::plus_plus_trials(k);
     std::optional<kernels::PlusPlusEngine<T>> on_device;
     std::optional<host::kmeans_detail::HostPlusPlus<T>> on_host;
@@ -549,12 +555,12 @@ class KMeans {
           local, "distributed k-means++ seeding", [&] { on_device.emplace(*local.device(), Xc, w, trials); },
           [&] { on_host.emplace(Xc, w, trials); });
     });
-    algorithms::WeightMasses<T> local_weights(w);
+    algorithms::WeightMasses<T> local_weights(w, weight_sum);
     detail::SpreadMasses<algorithms::WeightMasses<T>> weights(comm_, blocks, local_weights);
     auto rows = [&](const std::vector<std::int64_t>& ids) { return detail::gather_rows<T>(comm_, blocks, Xc, ids); };
     auto run = [&](auto& engine) {
       detail::DistributedPlusPlus<std::decay_t<decltype(engine)>, T> spread(comm_, blocks, engine);
-      return algorithms::plus_plus_loop<T>(spread, weights, rows, k, rng);
+      return algorithms::plus_plus_loop<T>(spread, weights, rows, blocks.total_rows(), k, random);
     };
     return on_device ? run(*on_device) : run(*on_host);
   }

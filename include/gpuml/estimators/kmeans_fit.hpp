@@ -1,0 +1,318 @@
+// The k-means fit, written once: gpuml::KMeans::fit, the Python package's KMeans.fit and the programs call
+// fit_kmeans. It takes parameters already validated by the caller's own rules (scikit-learn's, for Python) and does
+// the rest as scikit-learn's KMeans.fit does: the input checks, the mean and the tolerance, centring (the engines
+// subtract the mean as they read X: no centred copy), the starting centres of every n_init run from numpy's random
+// stream, the Lloyd runs with empty-cluster relocation, scikit-learn's rule for the best run, and the final
+// labels. On a device X and the weights are uploaded once and read by every engine of the fit.
+#pragma once
+
+#include <gpuml/algorithms/kmeans.hpp>
+#include <gpuml/algorithms/numpy_random.hpp>
+#include <gpuml/core/backend.hpp>
+#include <gpuml/core/checks.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
+#include <gpuml/core/warnings.hpp>
+#include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/kmeans.hpp>
+#include <gpuml/kernels/kmeans_plus_plus.hpp>
+#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/select.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml {
+
+namespace detail {
+
+// Every engine call goes through gpuml::run_on (select.hpp): the device engine on a Vulkan backend, the host engine
+// where the device cannot run the problem, with one warning.
+
+/// Calls fn with X less its shift as one matrix view: X itself where there is no shift, otherwise a centred copy made
+/// on the host threads (the host engines read a plain matrix; the device engines subtract on their upload instead).
+template <class T, class Fn>
+decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
+  if (!X.shift) return fn(X.X);
+  Matrix<T> Xc(X.rows(), X.cols());
+  X.copy_rows(0, X.rows(), Xc.data());
+  return fn(MatrixView<T>(Xc));
+}
+
+template <class T, class Policy>
+host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
+                               int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
+                               const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
+                               kernels::ResidentSamples<T>* resident = nullptr) {
+  // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
+  if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
+  return run_on<T>(
+      backend, "KMeans",
+      [&] {
+        if (backend.device_count() == 1)
+          return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
+                                           keep_going, e_step, resident);
+        std::vector<vulkan::Device*> devices;
+        for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
+        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step);
+      },
+      [&] {
+        return with_centred_copy(X, [&](MatrixView<T> Xc) {
+          return host::lloyd<T>(Xc, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going);
+        });
+      });
+}
+
+template <class T, class Policy>
+Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k,
+                               algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident = nullptr,
+                               std::vector<std::int64_t>* chosen = nullptr) {
+  const algorithms::NumpyRandomState before = random;  // a fallback draws the same sequence the device would have
+  return run_on<T>(
+      backend, "k-means++ seeding",
+      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, random, 0, resident, chosen); },
+      [&] {
+        random = before;
+        return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, random, chosen); });
+      });
+}
+
+template <class T, class Policy>
+Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
+  return run_on<T>(
+      backend, "KMeans.predict", [&] { return kernels::assign<T, Policy>(*backend.device(), X, centers); },
+      [&] { return host::assign<T>(X, centers); });
+}
+
+template <class T, class Policy>
+Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
+  return run_on<T>(
+      backend, "KMeans.transform", [&] { return kernels::transform<T>(*backend.device(), X, centers); },
+      [&] { return host::euclidean_to_centers<T>(X, centers); });
+}
+
+/// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest centre (scikit-learn's score, negated), labels and sum on one
+/// engine.
+template <class T, class Policy>
+double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
+  return run_on<T>(
+      backend, "KMeans.score",
+      [&] { return kernels::labels_inertia<T, Policy>(*backend.device(), X, w, centers); },
+      [&] { return host::inertia<T>(X, w, centers, host::assign<T>(X, centers)); });
+}
+
+/// scikit-learn's _is_same_clustering: labels1 maps consistently onto labels2.
+inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
+  std::vector<std::int32_t> mapping(static_cast<std::size_t>(n_clusters), -1);
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    auto& m = mapping[static_cast<std::size_t>(a[i])];
+    if (m == -1)
+      m = b[i];
+    else if (m != b[i])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
+struct FitTimes {
+  double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
+  double seeding = 0;     ///< initial centres, every run
+  double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
+  double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
+  double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
+  double finish = 0;      ///< of which the final E-steps, inertia and labels
+  double total = 0;       ///< the whole fit
+};
+
+/// What fit_kmeans returns: the kept run's model and how the fit went.
+template <class T>
+struct KMeansFit {
+  Matrix<T> cluster_centers;  ///< in X's coordinates (the mean added back)
+  Labels labels;
+  double inertia = 0.0;
+  int n_iter = 0;
+  int n_init = 0;                   ///< runs made
+  int best_run = 0;                 ///< the run kept (scikit-learn's rule: a lower inertia, not the same clustering)
+  int distinct_clusters = 0;        ///< clusters holding a label (scikit-learn warns when fewer than n_clusters)
+  int uploads = 0;                  ///< times X went to a device (one per fit and device; 0 on the host)
+  double tol_absolute = 0.0;        ///< the tolerance on the centres' shift (tol times X's mean variance)
+  double iteration_seconds = 0.0;   ///< the kept run's Lloyd iterations alone
+  algorithms::StepTimes step_times; ///< the kept run's device timing of its steps
+  FitTimes times;
+};
+
+namespace detail {
+
+/// What a fit derives from its inputs before any run: the checks' results, the mean, the tolerance and the number
+/// of runs. The weights are the caller's or unit weights made here.
+template <class T>
+struct KMeansInputs {
+  Vector<T> unit_weights;  // sized before w refers to it, filled below
+  VectorView<T> w;
+  Eigen::Matrix<T, 1, Eigen::Dynamic> mean;  ///< X's column means in T, as scikit-learn centres
+  double tol_absolute = 0;
+  int n_init = 1;
+
+  KMeansInputs(MatrixView<T> X, const VectorView<T>* sample_weight, const KMeansParams& p)
+      : unit_weights(sample_weight ? Eigen::Index(0) : X.rows()),
+        w(sample_weight ? *sample_weight : VectorView<T>(unit_weights)) {
+    const Eigen::Index n = X.rows(), d = X.cols();
+    // The column sums give the mean and, in the same pass, the finite check: a sum of finite floats in double is
+    // finite, so only a non-finite sum needs the search for the first bad value (which a double X may also pass).
+    const Eigen::RowVectorXd column_sums = algorithms::column_sums(X, nullptr);
+    if (!column_sums.allFinite()) checks::finite(X, "X");
+    const int k = p.n_clusters;
+    if (n < k)
+      throw invalid_input("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
+    if (!sample_weight) {
+      parallel_chunks(n, algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+        unit_weights.segment(begin, end - begin).setOnes();
+      });
+    }
+    checks::same_length(n, w.size(), "sample_weight");
+    const auto weights = algorithms::check_sample_weight(w);
+    if (!(weights.sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
+    const bool array_init = p.init_centers.has_value();
+    if (!array_init && p.init == "random" && weights.positive < k)
+      throw invalid_input("init=\"random\" needs n_clusters=" + std::to_string(k) +
+                          " samples with positive weight, but only " + std::to_string(weights.positive) + " have one");
+    if (array_init) algorithms::check_init_centers<T>(*p.init_centers, k, d);
+
+    n_init = p.n_init;
+    if (n_init == 0) n_init = (array_init || p.init == "k-means++") ? 1 : 10;
+    if (array_init && n_init != 1) {
+      warn("Explicit initial center position passed: performing only one init in KMeans instead of n_init=" +
+           std::to_string(n_init) + ".");
+      n_init = 1;
+    }
+    // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
+    const Eigen::RowVectorXd mean_d = column_sums / static_cast<double>(n);
+    tol_absolute = p.tol == 0 ? 0.0
+                              : algorithms::absolute_tolerance(algorithms::column_sums(X, &mean_d), static_cast<double>(n), p.tol);
+    mean = mean_d.template cast<T>();
+  }
+  KMeansInputs(const KMeansInputs&) = delete;
+  KMeansInputs& operator=(const KMeansInputs&) = delete;
+};
+
+/// One run's starting centres (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
+template <class T, class Policy>
+Matrix<T> starting_centers(const Backend& backend, const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
+                           algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident,
+                           std::vector<std::int64_t>* chosen = nullptr) {
+  if (p.init == "k-means++")
+    return run_kmeans_plus_plus<T, Policy>(backend, Xc, w, p.n_clusters, random, resident, chosen);
+  return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
+}
+
+}  // namespace detail
+
+/// Fits k-means as scikit-learn's KMeans.fit does, on `backend`, and returns the model without keeping anything:
+/// a failure throws and leaves nothing half-made. `random_state` is numpy's stream the starting centres are drawn
+/// from (every run draws in turn); it is advanced as numpy's would be. `sample_weight` null means unit weights.
+///
+/// @code
+///   gpuml::KMeansParams p;
+///   p.n_clusters = 127;
+///   gpuml::algorithms::NumpyRandomState random(0);  // numpy.random.RandomState(0)
+///   const gpuml::KMeansFit<float> fit = gpuml::fit_kmeans<float>(gpuml::default_backend(), X, nullptr, p, random);
+///   // fit.cluster_centers, fit.labels, fit.inertia, fit.n_iter
+/// @endcode
+template <class T, class Policy = kmeans_default_policy>
+KMeansFit<T> fit_kmeans(const Backend& backend, MatrixView<T> X, const VectorView<T>* sample_weight,
+                        const KMeansParams& p, algorithms::NumpyRandomState& random_state) {
+  static_assert(is_supported_scalar<T>, "k-means supports float and double");
+  using Clock = std::chrono::steady_clock;
+  const auto fit_start = Clock::now();
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  algorithms::check_kmeans_params(p);
+  checks::non_empty(X, "X");
+  return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeansFit<T> {
+    const detail::KMeansInputs<T> in(X, sample_weight, p);
+    const int k = p.n_clusters;
+    // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
+    const ShiftedView<T> Xc(X, in.mean.data());
+    Matrix<T> init_c;
+    if (p.init_centers) init_c = p.init_centers->template cast<T>().rowwise() - in.mean;
+    KMeansFit<T> fit;
+    fit.tol_absolute = in.tol_absolute;
+    fit.times.checks = seconds_since(fit_start);
+
+    std::optional<algorithms::LloydResult<T>> best;
+    kernels::ResidentSamples<T> resident;  // X and the weights on the device: uploaded once for every run
+    for (int run = 0; run < in.n_init; ++run) {
+      auto phase = Clock::now();
+      const Matrix<T> start =
+          p.init_centers ? init_c : detail::starting_centers<T, Policy>(backend, Xc, in.w, p, random_state, &resident);
+      if (p.verbose) verbose_line("Initialization complete");
+      fit.times.seeding += seconds_since(phase);
+      phase = Clock::now();
+      algorithms::LloydResult<T> r = detail::run_lloyd<T, Policy>(backend, Xc, in.w, start, p.max_iter,
+                                                                  in.tol_absolute, p.verbose, p.on_iteration,
+                                                                  p.keep_going, p.e_step, &resident);
+      fit.times.lloyd += seconds_since(phase);
+      fit.times.setup += r.setup_seconds;
+      fit.times.iterations += r.iteration_seconds;
+      fit.times.finish += r.finish_seconds;
+      if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k))) {
+        best = std::move(r);
+        fit.best_run = run;
+      }
+    }
+
+    fit.cluster_centers = best->centers.rowwise() + in.mean;
+    fit.distinct_clusters = algorithms::distinct_labels(best->labels, k);
+    if (fit.distinct_clusters < k)
+      warn("Number of distinct clusters (" + std::to_string(fit.distinct_clusters) +
+           ") found smaller than n_clusters (" + std::to_string(k) + "). Possibly due to duplicate points in X.");
+    fit.labels = std::move(best->labels);
+    fit.inertia = best->inertia;
+    fit.n_iter = best->n_iter;
+    fit.n_init = in.n_init;
+    fit.uploads = resident.uploads();
+    fit.iteration_seconds = best->iteration_seconds;
+    fit.step_times = std::move(best->step_times);
+    fit.times.total = seconds_since(fit_start);
+    return fit;
+  });
+}
+
+/// The samples a fit's first run starts from (init "k-means++" or "random"; p.init_centers is ignored), as
+/// scikit-learn's KMeans.fit draws them on X less its mean: indices into X, in the order drawn. The stream advances
+/// as one run's seeding advances it.
+///
+/// @code
+///   gpuml::algorithms::NumpyRandomState random(42);
+///   const std::vector<std::int64_t> ids = gpuml::kmeans_starting_samples<float>(backend, X, nullptr, p, random);
+/// @endcode
+template <class T, class Policy = kmeans_default_policy>
+std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, MatrixView<T> X,
+                                                  const VectorView<T>* sample_weight, KMeansParams p,
+                                                  algorithms::NumpyRandomState& random_state) {
+  p.init_centers.reset();
+  algorithms::check_kmeans_params(p);
+  checks::non_empty(X, "X");
+  const detail::KMeansInputs<T> in(X, sample_weight, p);
+  const ShiftedView<T> Xc(X, in.mean.data());
+  std::vector<std::int64_t> chosen;
+  detail::starting_centers<T, Policy>(backend, Xc, in.w, p, random_state, nullptr, &chosen);
+  return chosen;
+}
+
+/// fit_kmeans with the stream numpy.random.RandomState(p.random_state) draws.
+template <class T, class Policy = kmeans_default_policy>
+KMeansFit<T> fit_kmeans(const Backend& backend, MatrixView<T> X, const VectorView<T>* sample_weight,
+                        const KMeansParams& p) {
+  algorithms::NumpyRandomState random(p.random_state);
+  return fit_kmeans<T, Policy>(backend, X, sample_weight, p, random);
+}
+
+}  // namespace gpuml

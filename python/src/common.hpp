@@ -1,0 +1,91 @@
+// What gpuml._gpuml's sources share (module.cpp, neighbors.cpp). Arrays come in as C-contiguous float32/float64
+// numpy arrays without copies and go out as numpy arrays that own their memory. Every call releases the GIL; verbose
+// lines go to Python's sys.stdout as they happen; warnings are returned to the caller, which raises them as
+// Python warnings of the right category; Ctrl-C stops a fit at the end of the current Lloyd iteration and a k-NN
+// search at the end of the current part.
+#pragma once
+
+#include <gpuml/gpuml.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace gpuml_python {
+
+template <class T>
+using In2 = nb::ndarray<const T, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+template <class T>
+using In1 = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+template <class T>
+gpuml::MatrixView<T> view(const In2<T>& a) {
+  return Eigen::Map<const gpuml::Matrix<T>>(a.data(), Eigen::Index(a.shape(0)), Eigen::Index(a.shape(1)));
+}
+template <class T>
+gpuml::VectorView<T> view(const In1<T>& a) {
+  return Eigen::Map<const gpuml::Vector<T>>(a.data(), Eigen::Index(a.shape(0)));
+}
+
+/// A numpy array that owns `m` (moved to the heap; freed with the array).
+template <class M>
+auto to_numpy(M&& m) {
+  using Plain = std::decay_t<M>;
+  using S = typename Plain::Scalar;
+  auto* heap = new Plain(std::forward<M>(m));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<Plain*>(p); });
+  if constexpr (Plain::ColsAtCompileTime == 1)
+    return nb::ndarray<nb::numpy, S, nb::ndim<1>>(heap->data(), {std::size_t(heap->size())}, owner);
+  else
+    return nb::ndarray<nb::numpy, S, nb::ndim<2>>(heap->data(), {std::size_t(heap->rows()), std::size_t(heap->cols())},
+                                                  owner);
+}
+
+/// Runs `work` without the GIL, with this thread's warnings collected for the caller and its verbose lines written
+/// to sys.stdout. A cancelled fit whose cause is a pending Python signal (Ctrl-C) re-raises that signal's exception.
+template <class Work>
+auto released(std::vector<std::string>& warnings, Work&& work) {
+  const gpuml::WarningHandler collect = [&warnings](const std::string& m) { warnings.push_back(m); };
+  const gpuml::WarningHandler to_stdout = [](const std::string& line) {
+    nb::gil_scoped_acquire gil;
+    nb::module_::import_("sys").attr("stdout").attr("write")(line + "\n");
+  };
+  try {
+    nb::gil_scoped_release no_gil;
+    gpuml::ScopedThreadMessages scope(collect, to_stdout);
+    return work();
+  } catch (const gpuml::cancelled&) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    throw;
+  }
+}
+
+/// Stops a fit or a search when Python has a pending signal (Ctrl-C): checked once per Lloyd iteration, between the
+/// parts of a long E-step, and per search part, with the GIL.
+inline bool no_pending_signal() {
+  nb::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() == 0;
+}
+inline bool no_pending_signal_iteration(const gpuml::LloydIteration&) { return no_pending_signal(); }
+inline bool no_pending_signal_progress(const gpuml::WorkProgress&) { return no_pending_signal(); }
+
+inline gpuml::Backend backend_for(const std::string& device) {
+  return device.empty() || device == "default" ? gpuml::default_backend() : gpuml::select_backend(device);
+}
+
+inline std::string backend_name(const gpuml::Backend& b) {
+  return b.is_vulkan() ? b.device_info().name : std::string("host");
+}
+
+}  // namespace gpuml_python
