@@ -17,9 +17,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace gpuml_program {
@@ -92,34 +94,56 @@ inline gpuml::Backend backend_for(const std::string& device_flag) {
 }
 
 /// The output files of one run: checked before the work starts (a known format, a directory that exists and is
-/// writable, not a directory itself), then written together at the end: each to a temporary file beside it,
-/// renamed into place only when every one was written, so a failure leaves no output half-written or alone.
+/// writable, not a directory itself), then written together at the end, all or none as far as files allow. A
+/// symbolic link is written through (gpuml::OutputFile): its target is replaced, the link stays. Regular files go to
+/// a temporary file beside their target, renamed into place only when every output was written, so a failure leaves
+/// none half-written or alone. A device or a FIFO is written directly, before the renames (what it took cannot be
+/// taken back), and a failed write there is an error naming it; without a .npy or .csv extension it gets CSV.
 /// "-" writes CSV to stdout (after the files).
 class Outputs {
  public:
   /// Registers `path` under `flag` (empty: not asked for) and checks it now.
   void add(const std::string& flag, const std::string& path) {
     if (path.empty()) return;
+    Output out{flag, path};
     if (path != "-") {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw usage_error(flag + " " + path + " is a directory");
+      try {
+        out.target = gpuml::resolve_output(path);
+      } catch (const gpuml::error& e) {
+        throw usage_error(flag + " " + path + ": " + e.what());
+      }
+      bool named_format = true;
       try {
         (void)gpuml::file_format(path);
       } catch (const gpuml::invalid_input&) {
-        throw usage_error(flag + " " + path + ": expected a .npy or .csv extension (or - for stdout)");
+        named_format = false;
       }
-      const auto slash = path.find_last_of('/');
-      const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-      struct stat st {};
-      if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        throw usage_error(flag + " " + path + ": the directory " + dir + " does not exist");
-      if (::access(dir.c_str(), W_OK) != 0) throw usage_error(flag + " " + path + ": the directory " + dir + " is not writable");
-      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw usage_error(flag + " " + path + " is a directory");
+      if (out.target.in_place) {
+        out.csv_copy = !named_format;
+      } else {
+        if (!named_format) throw usage_error(flag + " " + path + ": expected a .npy or .csv extension (or - for stdout)");
+        const auto slash = out.target.path.find_last_of('/');
+        const std::string& t = out.target.path;
+        const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : t.substr(0, slash));
+        const std::string where = t == path ? "" : " (where the link leads)";
+        if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+          throw usage_error(flag + " " + path + ": the directory " + dir + where + " does not exist");
+        if (::access(dir.c_str(), W_OK) != 0)
+          throw usage_error(flag + " " + path + ": the directory " + dir + where + " is not writable");
+      }
     }
-    for (const auto& o : pending_)
-      if (o.path == path && path != "-") throw usage_error(flag + " and " + o.flag + " name the same file " + path);
-    pending_.push_back({flag, path, {}});
+    for (const auto& o : pending_) {
+      // Two renames onto one file would keep only the last; a device or FIFO simply takes both in turn.
+      const bool both_renamed = path != "-" && o.path != "-" && !out.target.in_place && !o.target.in_place;
+      if (both_renamed && same_file(o.target.path, out.target.path))
+        throw usage_error(flag + " and " + o.flag + " name the same file " + path);
+    }
+    pending_.push_back(std::move(out));
   }
 
-  /// The writer for `flag`'s file: called with the path to write (a temporary .npy or .csv path).
+  /// The writer for `flag`'s file: called with the path to write (a temporary .npy or .csv path, or a device's).
   void set(const std::string& flag, std::function<void(const std::string&)> write) {
     for (auto& o : pending_)
       if (o.flag == flag) o.write = std::move(write);
@@ -127,59 +151,26 @@ class Outputs {
 
   /// Writes every output, all or none; returns the paths written.
   std::vector<std::string> commit() {
-    std::vector<std::string> temps;
-    auto discard = [&] {
-      for (const auto& t : temps) std::remove(t.c_str());
-    };
-    try {
-      for (const auto& o : pending_) {
-        if (!o.write) throw std::logic_error("no writer for " + o.flag);
-        if (o.path == "-") continue;
-        const auto slash = o.path.find_last_of('/');
-        const std::string dir = slash == std::string::npos ? "" : o.path.substr(0, slash + 1);
-        const std::string base = slash == std::string::npos ? o.path : o.path.substr(slash + 1);
-        const std::string ext = gpuml::file_format(o.path) == gpuml::FileFormat::npy ? ".npy" : ".csv";
-        temps.push_back(dir + "." + base + ".part-" + std::to_string(::getpid()) + ext);
-        o.write(temps.back());
-      }
-    } catch (...) {
-      discard();
-      throw;
+    for (const auto& o : pending_)
+      if (!o.write) throw std::logic_error("no writer for " + o.flag);
+    std::vector<gpuml::OutputFile> staged;  // destroyed uncommitted on a failure: the temporary files go
+    std::vector<const Output*> staged_for;
+    for (const auto& o : pending_) {
+      if (o.path == "-" || o.target.in_place) continue;
+      naming(o, [&] { staged.emplace_back(o.path); });
+      staged_for.push_back(&o);
+      naming(o, [&] { o.write(staged.back().write_path()); });
     }
+    for (const auto& o : pending_) {
+      if (o.path == "-" || !o.target.in_place) continue;
+      if (o.csv_copy) copy_csv(o, o.path.c_str());
+      else naming(o, [&] { o.write(o.path); });
+    }
+    for (std::size_t s = 0; s < staged.size(); ++s) naming(*staged_for[s], [&] { staged[s].commit(); });
     std::vector<std::string> written;
-    std::size_t t = 0;
     for (const auto& o : pending_) {
-      if (o.path == "-") continue;
-      if (std::rename(temps[t].c_str(), o.path.c_str()) != 0) {
-        for (std::size_t r = t; r < temps.size(); ++r) std::remove(temps[r].c_str());
-        throw gpuml::error(o.flag + " " + o.path + ": cannot move the finished file into place");
-      }
-      written.push_back(o.path);
-      ++t;
-    }
-    for (const auto& o : pending_) {
-      if (o.path != "-") continue;
-      char name[] = "/tmp/gpuml-stdout-XXXXXX";
-      const int fd = ::mkstemp(name);
-      if (fd < 0) throw gpuml::error(o.flag + " -: cannot create a temporary file");
-      ::close(fd);
-      const std::string csv = std::string(name) + ".csv";
-      std::rename(name, csv.c_str());
-      try {
-        o.write(csv);
-      } catch (...) {
-        std::remove(csv.c_str());
-        throw;
-      }
-      std::fflush(stdout);
-      if (std::FILE* f = std::fopen(csv.c_str(), "rb")) {
-        char buf[1 << 16];
-        std::size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) std::fwrite(buf, 1, n, stdout);
-        std::fclose(f);
-      }
-      std::fflush(stdout);
-      std::remove(csv.c_str());
+      if (o.path == "-") copy_csv(o, nullptr);
+      else written.push_back(o.path);
     }
     return written;
   }
@@ -193,8 +184,58 @@ class Outputs {
  private:
   struct Output {
     std::string flag, path;
+    gpuml::OutputTarget target;
+    bool csv_copy = false;  // a device or FIFO without a .npy or .csv extension: CSV, copied to it
     std::function<void(const std::string&)> write;
   };
+
+  /// Runs `step` of writing `o`; a failure becomes an error naming the flag and the path.
+  template <class Step>
+  static void naming(const Output& o, Step&& step) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      throw gpuml::error(o.flag + " " + o.path + ": " + e.what());
+    }
+  }
+
+  static bool same_file(const std::string& a, const std::string& b) {
+    std::error_code ec_a, ec_b;
+    const auto ca = std::filesystem::weakly_canonical(a, ec_a), cb = std::filesystem::weakly_canonical(b, ec_b);
+    return ec_a || ec_b ? a == b : ca == cb;
+  }
+
+  /// Writes `o` as CSV into a temporary file, then copies it to `device` (nullptr: stdout), checking every write.
+  static void copy_csv(const Output& o, const char* device) {
+    const std::string shown = device ? o.path : std::string("stdout");
+    std::string csv = (std::filesystem::temp_directory_path() / "gpuml-output-XXXXXX.csv").string();
+    const int fd = ::mkstemps(csv.data(), 4);
+    if (fd < 0) throw gpuml::error(o.flag + " " + o.path + ": cannot create a temporary file");
+    ::close(fd);
+    struct RemoveAtExit {
+      const std::string& path;
+      ~RemoveAtExit() { std::remove(path.c_str()); }
+    } remove_csv{csv};
+    naming(o, [&] { o.write(csv); });
+    std::fflush(stdout);
+    std::FILE* in = std::fopen(csv.c_str(), "rb");
+    std::FILE* out = device ? std::fopen(device, "wb") : stdout;
+    if (!in || !out) {
+      if (in) std::fclose(in);
+      if (device && out) std::fclose(out);
+      throw gpuml::error(o.flag + " " + o.path + ": cannot open " + (in ? shown : csv) + " for " +
+                         (in ? "writing" : "reading"));
+    }
+    bool ok = true;
+    char buf[1 << 16];
+    std::size_t n;
+    while (ok && (n = std::fread(buf, 1, sizeof buf, in)) > 0) ok = std::fwrite(buf, 1, n, out) == n;
+    ok = ok && !std::ferror(in);
+    std::fclose(in);
+    ok = (device ? std::fclose(out) == 0 : std::fflush(out) == 0) && ok;
+    if (!ok) throw gpuml::error(o.flag + " " + o.path + ": writing to " + shown + " failed (disk full or I/O error)");
+  }
+
   std::vector<Output> pending_;
 };
 

@@ -82,6 +82,30 @@ expect 1 "cluster_centers" "$K" --input iris.csv --delimiter ';' --columns 0,1 -
 "$N" --database iris.csv --delimiter ';' --columns 0,1 --k 2 --indices-out - > knn.txt 2>err.txt || fail "knn: $(cat err.txt)"
 [ "$(wc -l < knn.txt)" -eq 4 ] || fail "k-NN indices on stdout: $(cat knn.txt)"
 
+# Outputs through symbolic links and to devices: a link's target gets the data and the link stays a link (one into
+# a missing directory is a usage error); a device that fails the write is a run-time error naming it, and one
+# without a .npy or .csv extension gets CSV.
+mkdir -p store links
+ln -s ../store/labels.npy links/labels.npy
+"$K" --input iris.csv --delimiter ';' --columns 0,1 --n-clusters 2 --init first --labels-out links/labels.npy \
+  >/dev/null 2>err.txt || fail "labels through a link: $(cat err.txt)"
+[ -L links/labels.npy ] || fail "the link links/labels.npy was replaced"
+[ -s store/labels.npy ] && cmp -s l.npy store/labels.npy || fail "the link's target store/labels.npy has not the labels"
+ls -a links store | grep -q '\.part-' && fail "a run through a link left a temporary file"
+ln -s nowhere/labels.npy links/lost.npy
+expect 2 "the directory links/nowhere (where the link leads) does not exist" "$K" --n-samples 50 --labels-out links/lost.npy
+if [ -e /dev/full ]; then
+  expect 1 "--labels-out /dev/full: " "$K" --input iris.csv --delimiter ';' --columns 0,1 --n-clusters 2 --labels-out /dev/full
+  grep -qF "failed" err.txt || fail "/dev/full: no write failure reported: $(cat err.txt)"
+  ln -s /dev/full full.npy
+  expect 1 "--labels-out full.npy: " "$K" --input iris.csv --delimiter ';' --columns 0,1 --n-clusters 2 --labels-out full.npy
+  [ -L full.npy ] || fail "the link full.npy to /dev/full was replaced"
+  [ -c /dev/full ] || fail "/dev/full was replaced"
+fi
+"$K" --input iris.csv --delimiter ';' --columns 0,1 --n-clusters 2 --init first --labels-out /dev/stdout 2>err.txt \
+  | cat > device.txt || fail "labels to /dev/stdout: $(cat err.txt)"
+grep -xE '[0-9]+' device.txt | cmp -s stdout.txt - || fail "labels to /dev/stdout (a pipe) are not those of --labels-out -: $(cat device.txt)"
+
 # A progress bar when asked for, on stderr only.
 "$K" --n-samples 20000 --n-clusters 20 --max-iter 30 --tol 0 --progress >out.txt 2>err.txt || fail "progress run"
 grep -q "iterations, centre shift" err.txt || fail "no progress bar on stderr with --progress"

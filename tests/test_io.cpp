@@ -1,17 +1,28 @@
 // gpuml::read_npy / write_npy / read_csv / write_csv / read_matrix: round trips on awkward shapes, headers built by
-// hand from the .npy format specification, and the error messages for broken files.
+// hand from the .npy format specification, and the error messages for broken files. gpuml::write_output: whole
+// files, through symbolic links, and straight to devices and FIFOs.
 #include <gpuml/io/io.hpp>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -471,4 +482,211 @@ TEST_F(IoTest, CsvHeaderDelimiterAndColumns) {
   pick.columns = {"petal_colour"};
   expect_invalid([&] { (void)gpuml::read_csv<double>(path("iris.csv"), pick); }, path("iris.csv"),
                  "no column 'petal_colour'");
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// write_output: whole files, through symbolic links, straight to devices and FIFOs
+// ------------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+/// The temporary files write_output leaves behind in `dir` (none, when it works).
+std::vector<std::string> leftovers(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().find(".part-") != std::string::npos) names.push_back(entry.path().string());
+  return names;
+}
+
+Labels random_labels(Eigen::Index n, std::mt19937_64& rng) {
+  Labels labels(n);
+  std::uniform_int_distribution<std::int32_t> label(0, 999);
+  for (Eigen::Index i = 0; i < n; ++i) labels[i] = label(rng);
+  return labels;
+}
+
+}  // namespace
+
+// A regular file is replaced only by a complete one: a writer that fails leaves the old contents and no temporary
+// file, a finished one replaces them; the writer writes beside the target, never into it.
+TEST_F(IoTest, OutputReplacesARegularFileOnlyWhenWritten) {
+  std::mt19937_64 rng(seed() + 20);
+  const Matrix<double> old_data = awkward_random<double>(7, 3, rng), new_data = awkward_random<double>(9, 4, rng);
+  const std::string target = path("m.npy");
+  gpuml::write_npy(target, old_data);
+  EXPECT_THROW(gpuml::write_output(target,
+                                   [&](const std::string& p) {
+                                     EXPECT_NE(p, target);
+                                     EXPECT_EQ(fs::path(p).parent_path(), fs::path(target).parent_path());
+                                     gpuml::write_matrix(p, new_data);
+                                     throw std::runtime_error("the writer failed after writing");
+                                   }),
+               std::runtime_error);
+  EXPECT_TRUE(bitwise_equal(gpuml::read_npy<double>(target), old_data));
+  EXPECT_TRUE(leftovers(dir_).empty());
+  {
+    gpuml::OutputFile abandoned(target);
+    gpuml::write_matrix(abandoned.write_path(), new_data);
+  }
+  EXPECT_TRUE(bitwise_equal(gpuml::read_npy<double>(target), old_data)) << "not committed: not in place";
+  EXPECT_TRUE(leftovers(dir_).empty());
+  gpuml::write_output(target, [&](const std::string& p) { gpuml::write_matrix(p, new_data); });
+  EXPECT_TRUE(bitwise_equal(gpuml::read_npy<double>(target), new_data));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(target)));
+  EXPECT_TRUE(leftovers(dir_).empty());
+}
+
+// Through a symbolic link (relative, to a link, into another directory) the link's target gets the data and the
+// links stay links; the format is the one the path as given names, whatever the target is called.
+TEST_F(IoTest, OutputThroughASymbolicLinkWritesItsTarget) {
+  std::mt19937_64 rng(seed() + 21);
+  fs::create_directories(dir_ / "out");
+  fs::create_directories(dir_ / "store");
+  const Matrix<float> old_data = awkward_random<float>(5, 2, rng), new_data = awkward_random<float>(31, 6, rng);
+  gpuml::write_npy(path("store/data.npy"), old_data);
+  fs::create_symlink("../store/data.npy", dir_ / "out/data.npy");
+  fs::create_symlink("data.npy", dir_ / "out/again.npy");  // a link to the link
+  gpuml::write_output(path("out/again.npy"), [&](const std::string& p) { gpuml::write_matrix(p, new_data); });
+  EXPECT_TRUE(fs::is_symlink(dir_ / "out/again.npy"));
+  EXPECT_TRUE(fs::is_symlink(dir_ / "out/data.npy"));
+  EXPECT_EQ(fs::read_symlink(dir_ / "out/data.npy"), fs::path("../store/data.npy"));
+  EXPECT_TRUE(bitwise_equal(gpuml::read_npy<float>(path("store/data.npy")), new_data));
+
+  fs::create_symlink(dir_ / "store/centres.data", dir_ / "out/centres.csv");  // absolute; the target has no .csv
+  gpuml::write_npy(path("store/centres.data"), old_data);
+  EXPECT_EQ(gpuml::OutputFile(path("out/centres.csv")).target(), path("store/centres.data"));
+  gpuml::write_output(path("out/centres.csv"), [&](const std::string& p) { gpuml::write_matrix(p, new_data); });
+  EXPECT_TRUE(fs::is_symlink(dir_ / "out/centres.csv"));
+  EXPECT_TRUE(bitwise_equal(gpuml::read_csv<float>(path("store/centres.data")), new_data));
+  EXPECT_TRUE(leftovers(dir_ / "out").empty());
+  EXPECT_TRUE(leftovers(dir_ / "store").empty());
+}
+
+// A dangling link creates the file it names and stays a link; one into a directory that does not exist, and links
+// in a loop, are errors naming the path, with nothing written.
+TEST_F(IoTest, OutputThroughADanglingLink) {
+  std::mt19937_64 rng(seed() + 22);
+  fs::create_directories(dir_ / "store");
+  const Labels labels = random_labels(101, rng);
+  fs::create_symlink("store/labels.npy", dir_ / "labels.npy");
+  gpuml::write_output(path("labels.npy"), [&](const std::string& p) { gpuml::write_matrix(p, labels); });
+  EXPECT_TRUE(fs::is_symlink(dir_ / "labels.npy"));
+  EXPECT_EQ(gpuml::read_labels(path("store/labels.npy")), labels);
+
+  fs::create_symlink("missing/labels.npy", dir_ / "lost.npy");
+  bool written = false;
+  try {
+    gpuml::write_output(path("lost.npy"), [&](const std::string&) { written = true; });
+    ADD_FAILURE() << "a link into a missing directory was written";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find(path("lost.npy")), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(written);
+  EXPECT_TRUE(fs::is_symlink(dir_ / "lost.npy"));
+  EXPECT_FALSE(fs::exists(dir_ / "lost.npy"));
+
+  fs::create_symlink("loop_b.npy", dir_ / "loop_a.npy");
+  fs::create_symlink("loop_a.npy", dir_ / "loop_b.npy");
+  expect_invalid([&] { gpuml::write_output(path("loop_a.npy"), [&](const std::string&) { written = true; }); },
+                 path("loop_a.npy"), "too many levels of symbolic links");
+  EXPECT_FALSE(written);
+  EXPECT_TRUE(fs::is_symlink(dir_ / "loop_a.npy"));
+  EXPECT_TRUE(leftovers(dir_).empty());
+  EXPECT_TRUE(leftovers(dir_ / "store").empty());
+}
+
+// A device is written directly, and its failure is the write's: /dev/full takes no data.
+TEST_F(IoTest, OutputToADeviceIsWrittenDirectlyAndItsFailureReported) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  {
+    gpuml::OutputFile out("/dev/full");
+    // Checked first: written any other way, the device would be replaced by a file.
+    ASSERT_TRUE(out.in_place());
+    ASSERT_EQ(out.write_path(), "/dev/full");
+  }
+  std::mt19937_64 rng(seed() + 23);
+  const Labels labels = random_labels(1 + static_cast<Eigen::Index>(rng() % 5000), rng);
+  try {
+    gpuml::write_output("/dev/full", [&](const std::string& p) { gpuml::write_csv(p, labels); });
+    ADD_FAILURE() << "writing to /dev/full succeeded";
+  } catch (const gpuml::error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
+}
+
+// A FIFO is written directly, not replaced: the reader at its other end receives the whole file, more than a pipe
+// holds at once.
+TEST_F(IoTest, OutputToAFifoReachesItsReader) {
+  std::mt19937_64 rng(seed() + 24);
+  const std::string fifo = path("labels.csv");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const Labels labels = random_labels(40000 + static_cast<Eigen::Index>(rng() % 10000), rng);
+  gpuml::write_csv(path("expected.csv"), labels);
+  const std::string expected = read_bytes(path("expected.csv"));
+  ASSERT_GT(expected.size(), std::size_t{1} << 16) << "more than a pipe's buffer holds (64 KiB on Linux)";
+
+  // The read end opens first, without waiting for a writer: the writer's open then never blocks, and a writer that
+  // never comes (the FIFO replaced instead) ends the reading at EOF rather than hanging the test.
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::atomic<bool> finished{false};
+  std::exception_ptr failure;
+  std::thread writer([&] {
+    try {
+      gpuml::write_output(fifo, [&](const std::string& p) { gpuml::write_matrix(p, labels); });
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    finished = true;
+  });
+  std::string received;
+  char buf[1 << 14];
+  for (;;) {
+    const bool writer_done = finished.load();  // before the read: once done, all its data is in the pipe
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got > 0) {
+      received.append(buf, static_cast<std::size_t>(got));
+    } else if (got == 0 || errno == EAGAIN) {
+      if (writer_done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (errno != EINTR) {
+      ADD_FAILURE() << "reading the FIFO: " << std::strerror(errno);
+      break;
+    }
+  }
+  writer.join();
+  ::close(fd);
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "write_output to a FIFO: " << e.what();
+    }
+  }
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo))) << "the FIFO was replaced";
+  EXPECT_EQ(received.size(), expected.size());
+  EXPECT_TRUE(received == expected) << "the reader received other bytes than write_csv writes";
+  EXPECT_TRUE(leftovers(dir_).empty());
+}
+
+// A path to a file the process has open (/dev/fd/N, as /dev/stdout is) is written through that open file, here a
+// pipe, not replaced by a new file.
+TEST_F(IoTest, OutputToAnOpenFileDescriptorWritesThroughIt) {
+  const std::string fd_dir = fs::exists("/dev/fd") ? "/dev/fd/" : "/proc/self/fd/";
+  if (!fs::exists(fd_dir)) GTEST_SKIP() << "no /dev/fd or /proc/self/fd here";
+  std::mt19937_64 rng(seed() + 25);
+  const Labels labels = random_labels(1 + static_cast<Eigen::Index>(rng() % 1000), rng);  // fits a pipe's buffer
+  gpuml::write_csv(path("expected.csv"), labels);
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0) << std::strerror(errno);
+  const std::string through = fd_dir + std::to_string(ends[1]);
+  EXPECT_TRUE(gpuml::OutputFile(through).in_place());
+  EXPECT_NO_THROW(gpuml::write_output(through, [&](const std::string& p) { gpuml::write_csv(p, labels); }));
+  ::close(ends[1]);
+  std::string received;
+  char buf[1 << 12];
+  for (ssize_t got; (got = ::read(ends[0], buf, sizeof buf)) > 0;) received.append(buf, static_cast<std::size_t>(got));
+  ::close(ends[0]);
+  EXPECT_TRUE(received == read_bytes(path("expected.csv"))) << received.size() << " bytes received";
 }

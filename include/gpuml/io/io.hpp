@@ -1,10 +1,12 @@
 // Matrix files by extension: ".npy" (NumPy) or ".csv" (comma-separated text); anything else is invalid_input.
+// write_output (io/output.hpp) writes any of them whole, through symbolic links, or straight to a device or FIFO.
 #pragma once
 
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/io/csv.hpp>
 #include <gpuml/io/npy.hpp>
+#include <gpuml/io/output.hpp>
 
 #include <string>
 
