@@ -44,12 +44,16 @@ def kmeans_rows(args, data, device, rows):
     X = np.load(data["X"])  # in memory, as a user's array
     init = np.load(data["init"])
     cases = [
-        ("kmeans-array", dict(n_clusters=args.k, init=init, n_init=1), ["--init", data["init"]]),
+        ("kmeans-array", dict(n_clusters=args.k, init=init, n_init=1),
+         ["--n-clusters", str(args.k), "--init", data["init"]]),
         ("kmeans-pp", dict(n_clusters=args.k, random_state=0), ["--n-clusters", str(args.k), "--seed", "0"]),
     ]
     kmeans_bin = find_binary("gpuml-kmeans", "examples", args.kmeans_bin)
     for name, params, cli in cases:
         common = dict(max_iter=args.max_iter, tol=0)
+        cpp_cmd = [str(kmeans_bin), "--input", data["X"], *cli, "--max-iter", str(args.max_iter), "--tol", "0", "--json",
+                   "--warmup", "--repeat", str(args.repeat), "--device", device or "auto"]
+        before, _ = run_json(cpp_cmd, timeout=args.timeout)  # the C++ program before and after Python: the best
         seconds, model = best_of(args.repeat, lambda: gpuml.KMeans(**params, **common, device=device).fit(X))
         stats = model.fit_stats_
         t = stats["times"]
@@ -57,9 +61,9 @@ def kmeans_rows(args, data, device, rows):
                          inertia=float(model.inertia_), uploads=stats["uploads"],
                          shares=dict(python=seconds - t["total"], checks=t["checks"], seeding=t["seeding"],
                                      upload=t["setup"], iterations=t["iterations"], results=t["finish"])))
-        out, note = run_json([str(kmeans_bin), "--input", data["X"], *cli, "--max-iter", str(args.max_iter), "--tol", "0",
-                              "--json", "--warmup", "--repeat", str(args.repeat), "--device", device or "auto"],
-                             timeout=args.timeout)
+        out, note = run_json(cpp_cmd, timeout=args.timeout)
+        if out and before and before["fit_seconds"] < out["fit_seconds"]:
+            out = before
         if out:
             ft = out["fit_times"]
             rows.append(dict(workload=name, impl="gpuml C++ (gpuml-kmeans)", seconds=out["fit_seconds"],
@@ -100,6 +104,7 @@ def knn_rows(args, device, rows):
     D, Q = make_knn_workload(args.n_db, args.n_q, 128, 0)
     np.save(directory / "D.npy", D)
     np.save(directory / "Q.npy", Q)
+    os.sync()
     knn_bin = find_binary("gpuml-knn", "examples", args.knn_bin)
     for k in (10, 100):
         nn = gpuml.NearestNeighbors(n_neighbors=k, device=device).fit(D)
@@ -142,6 +147,7 @@ def main():
     if "kmeans" in args.workloads:
         directory, keep = data_directory(args.data_dir, "gpuml-python-bench-")
         data = write_workload(directory, args.n, 14, args.k, 0)
+        os.sync()  # the file's pages written back before anything is timed
         kmeans_rows(args, data, args.device, rows)
         del keep
     if "knn" in args.workloads:

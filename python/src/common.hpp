@@ -14,7 +14,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -80,8 +82,17 @@ inline bool no_pending_signal() {
 inline bool no_pending_signal_iteration(const gpuml::LloydIteration&) { return no_pending_signal(); }
 inline bool no_pending_signal_progress(const gpuml::WorkProgress&) { return no_pending_signal(); }
 
+/// The backend of an estimator's device choice, one per choice for the life of the process: a Vulkan device (and
+/// its pipelines) opened by one call serves the next, as a C++ program's backend serves all its calls, instead of
+/// being closed when the call's backend goes and opened again by the next call.
 inline gpuml::Backend backend_for(const std::string& device) {
-  return device.empty() || device == "default" ? gpuml::default_backend() : gpuml::select_backend(device);
+  if (device.empty() || device == "default") return gpuml::default_backend();
+  static std::mutex mutex;
+  static std::map<std::string, gpuml::Backend> opened;
+  std::lock_guard lock(mutex);
+  auto it = opened.find(device);
+  if (it == opened.end()) it = opened.emplace(device, gpuml::select_backend(device)).first;
+  return it->second;
 }
 
 inline std::string backend_name(const gpuml::Backend& b) {
