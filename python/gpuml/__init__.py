@@ -2,9 +2,13 @@
 
     import gpuml
     km = gpuml.KMeans(n_clusters=8).fit(X)          # scikit-learn's KMeans, computed by gpuml
-    gpuml.patch_sklearn()                            # sklearn.cluster.KMeans & co. become gpuml's
+    gpuml.patch_sklearn()                            # sklearn.cluster.KMeans & co. become gpuml's, also inside
+                                                     # DBSCAN, TSNE, Isomap, kneighbors_graph() and the like
 
-Every estimator takes scikit-learn's parameters plus `device` ("auto", "gpu", "cpu", "host", an index or a name).
+Every estimator takes scikit-learn's parameters plus `device`: "auto" (GPUML_DEVICE, else a GPU, else the host
+backend), "host", "gpu", "discrete", "integrated", "cpu", a Vulkan device index, or text naming devices (part of a
+name, an index, a comma-separated list). fit raises scikit-learn's InvalidParameterError (a ValueError) for a value
+that names no device present, and for anything else (True, None, a float).
 """
 
 from ._common import backend_name, calls, devices

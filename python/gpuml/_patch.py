@@ -1,48 +1,96 @@
 """gpuml.patch_sklearn(): scikit-learn's KMeans, NearestNeighbors, KNeighborsClassifier and KNeighborsRegressor
-become gpuml's, wherever scikit-learn code or user code looks them up afterwards (sklearn.cluster, sklearn.neighbors
-and the private modules that define them). What gpuml cannot run goes to scikit-learn's own code, said once at
-INFO level on the "gpuml" logger."""
+become gpuml's under every name a scikit-learn module holds them by, whatever was imported first: sklearn.cluster
+and sklearn.neighbors, the private modules that define the classes, and every module that bound one at its own
+import (DBSCAN's, OPTICS', TSNE's, Isomap's, SpectralEmbedding's modules, sklearn.neighbors._graph for
+kneighbors_graph(), ...). A scikit-learn module imported later binds gpuml's classes from the patched modules.
+What gpuml cannot run goes to scikit-learn's own code, said once at INFO level on the "gpuml" logger.
+
+Only scikit-learn's modules (sklearn.*) are patched: gpuml's own modules keep the scikit-learn classes its classes
+inherit from, and names that other code bound before the patch keep scikit-learn's classes."""
 
 import importlib
+import logging
+import sys
 import threading
 
-_lock = threading.Lock()
-_saved = {}
+from ._kmeans import KMeans
+from ._neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
-# (module, name) -> "gpuml attribute"
-_TARGETS = {
-    ("sklearn.cluster", "KMeans"): "KMeans",
-    ("sklearn.cluster._kmeans", "KMeans"): "KMeans",
-    ("sklearn.neighbors", "NearestNeighbors"): "NearestNeighbors",
-    ("sklearn.neighbors._unsupervised", "NearestNeighbors"): "NearestNeighbors",
-    ("sklearn.neighbors", "KNeighborsClassifier"): "KNeighborsClassifier",
-    ("sklearn.neighbors._classification", "KNeighborsClassifier"): "KNeighborsClassifier",
-    ("sklearn.neighbors", "KNeighborsRegressor"): "KNeighborsRegressor",
-    ("sklearn.neighbors._regression", "KNeighborsRegressor"): "KNeighborsRegressor",
-}
+logger = logging.getLogger("gpuml")
+
+_lock = threading.Lock()
+
+_GPUML_CLASSES = (KMeans, NearestNeighbors, KNeighborsClassifier, KNeighborsRegressor)
+
+# The subpackages whose modules bind one of the classes at import (scikit-learn 1.9): imported before the walk, so
+# that what patch_sklearn() lists does not depend on what the program imported so far.
+_SUBPACKAGES = ("sklearn.cluster", "sklearn.neighbors", "sklearn.manifold", "sklearn.semi_supervised",
+                "sklearn.feature_selection")
+
+
+def _sklearn_class(ours):
+    """The scikit-learn class a gpuml class replaces: its base of the same name (found through the class, as the
+    names in scikit-learn's modules may already be patched)."""
+    return next(b for b in ours.__mro__[1:] if b.__name__ == ours.__name__ and b.__module__.startswith("sklearn."))
+
+
+def _rebind(replacement):
+    """Sets every attribute of a loaded sklearn.* module that is one of replacement's keys (by identity) to its value;
+    returns the dotted names it set. replacement maps id(old) -> (old, new): ids, as a module may hold unhashable
+    values."""
+    changed = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name != "sklearn" and not module_name.startswith("sklearn."):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            hit = replacement.get(id(value))
+            if hit is not None and hit[0] is value:
+                setattr(module, attr, hit[1])
+                changed.append(f"{module_name}.{attr}")
+    return sorted(changed)
+
+
+def _holding(classes):
+    """The dotted names in loaded sklearn.* modules whose value is one of `classes`."""
+    ids = {id(c) for c in classes}
+    return sorted(
+        f"{module_name}.{attr}"
+        for module_name, module in list(sys.modules.items())
+        if (module_name == "sklearn" or module_name.startswith("sklearn."))
+        and isinstance(getattr(module, "__dict__", None), dict)
+        for attr, value in list(vars(module).items())
+        if id(value) in ids and any(value is c for c in classes)
+    )
 
 
 def patch_sklearn():
-    """Replaces scikit-learn's four classes by gpuml's (idempotent)."""
-    import gpuml
-
+    """Replaces scikit-learn's four classes by gpuml's wherever scikit-learn's modules hold them (idempotent).
+    Returns the dotted names that hold gpuml's classes now; the names it replaced are logged at INFO level."""
+    for name in _SUBPACKAGES:  # outside the lock: an import may run code that takes it
+        importlib.import_module(name)
     with _lock:
-        for (module_name, name), attr in _TARGETS.items():
-            module = importlib.import_module(module_name)
-            if (module_name, name) not in _saved:
-                _saved[(module_name, name)] = getattr(module, name)
-            setattr(module, name, getattr(gpuml, attr))
+        replaced = _rebind({id(_sklearn_class(c)): (_sklearn_class(c), c) for c in _GPUML_CLASSES})
+        names = _holding(_GPUML_CLASSES)
+    if replaced:
+        logger.info("gpuml.patch_sklearn: scikit-learn now runs gpuml's classes under %d names: %s",
+                    len(replaced), ", ".join(replaced))
+    return names
 
 
 def unpatch_sklearn():
-    """Restores scikit-learn's own classes."""
+    """Restores scikit-learn's own classes under every sklearn.* name that holds a gpuml class, including names that
+    modules imported while the patch was active bound. Returns the dotted names it restored."""
     with _lock:
-        for (module_name, name), original in _saved.items():
-            setattr(importlib.import_module(module_name), name, original)
-        _saved.clear()
+        restored = _rebind({id(c): (c, _sklearn_class(c)) for c in _GPUML_CLASSES})
+    if restored:
+        logger.info("gpuml.unpatch_sklearn: scikit-learn's own classes are back under %d names", len(restored))
+    return restored
 
 
 def patched_names():
-    """The dotted names patch_sklearn() currently replaces."""
+    """The dotted names in scikit-learn's loaded modules that hold gpuml's classes now."""
     with _lock:
-        return sorted(f"{m}.{n}" for m, n in _saved)
+        return _holding(_GPUML_CLASSES)
