@@ -152,7 +152,8 @@ struct KMeansFit {
 namespace detail {
 
 /// What a fit derives from its inputs before any run: the checks' results, the mean, the tolerance and the number
-/// of runs. The weights are the caller's or unit weights made here.
+/// of runs, over the rows of every shard where `rows` spans several (see LocalRows). The weights are the caller's or
+/// unit weights made here.
 template <class T>
 struct KMeansInputs {
   Vector<T> unit_weights;  // sized before w refers to it, filled below
@@ -161,24 +162,26 @@ struct KMeansInputs {
   double tol_absolute = 0;
   int n_init = 1;
 
-  KMeansInputs(MatrixView<T> X, const VectorView<T>* sample_weight, const KMeansParams& p)
+  template <class Rows>
+  KMeansInputs(Rows& rows, MatrixView<T> X, const VectorView<T>* sample_weight, const KMeansParams& p)
       : unit_weights(sample_weight ? Eigen::Index(0) : X.rows()),
         w(sample_weight ? *sample_weight : VectorView<T>(unit_weights)) {
-    const Eigen::Index n = X.rows(), d = X.cols();
+    const Eigen::Index n_local = X.rows(), d = X.cols();
     // The column sums give the mean and, in the same pass, the finite check: a sum of finite floats in double is
     // finite, so only a non-finite sum needs the search for the first bad value (which a double X may also pass).
-    const Eigen::RowVectorXd column_sums = algorithms::column_sums(X, nullptr);
-    if (!column_sums.allFinite()) checks::finite(X, "X");
+    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr);
+    if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
+    const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
     if (n < k)
       throw invalid_input("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
     if (!sample_weight) {
-      parallel_chunks(n, algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+      parallel_chunks(n_local, algorithms::kRowChunk, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
         unit_weights.segment(begin, end - begin).setOnes();
       });
     }
-    checks::same_length(n, w.size(), "sample_weight");
-    const auto weights = algorithms::check_sample_weight(w);
+    rows.guarded([&] { checks::same_length(n_local, w.size(), "sample_weight"); });
+    const algorithms::WeightSummary weights = rows.weight_summary(w);
     if (!(weights.sum > 0)) throw invalid_input("sample_weight sums to zero; at least one sample needs a positive weight");
     const bool array_init = p.init_centers.has_value();
     if (!array_init && p.init == "random" && weights.positive < k)
@@ -196,24 +199,112 @@ struct KMeansInputs {
     // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
     const Eigen::RowVectorXd mean_d = column_sums / static_cast<double>(n);
     tol_absolute = p.tol == 0 ? 0.0
-                              : algorithms::absolute_tolerance(algorithms::column_sums(X, &mean_d), static_cast<double>(n), p.tol);
+                              : algorithms::absolute_tolerance(rows.column_sums(X, &mean_d), static_cast<double>(n), p.tol);
     mean = mean_d.template cast<T>();
   }
   KMeansInputs(const KMeansInputs&) = delete;
   KMeansInputs& operator=(const KMeansInputs&) = delete;
 };
 
-/// One run's starting centres (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
+/// The rows of a fit held by this process, on one backend: what fit_kmeans_on asks of where the rows are. The MPI
+/// estimator's mpi::detail::RankRows answers the same for the rows of every rank (sums added across ranks, engines
+/// spanning the ranks); the driver is the same.
 template <class T, class Policy>
-Matrix<T> starting_centers(const Backend& backend, const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
-                           algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident,
-                           std::vector<std::int64_t>* chosen = nullptr) {
-  if (p.init == "k-means++")
-    return run_kmeans_plus_plus<T, Policy>(backend, Xc, w, p.n_clusters, random, resident, chosen);
-  return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
-}
+class LocalRows {
+ public:
+  explicit LocalRows(Backend backend) : backend_(std::move(backend)) {}
+
+  void check_non_empty(MatrixView<T> X) const { checks::non_empty(X, "X"); }
+  std::int64_t total_rows(std::int64_t n) const { return n; }
+  /// Runs a check of this process's own rows (across ranks, a failure on one rank ends every rank).
+  template <class Work>
+  void guarded(Work&& work) const {
+    work();
+  }
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center) const {
+    return algorithms::column_sums(X, center);
+  }
+  algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
+
+  /// One run's starting centres (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
+  Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
+                             algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
+    if (p.init == "k-means++")
+      return run_kmeans_plus_plus<T, Policy>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen);
+    return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
+  }
+  algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
+                                   const KMeansParams& p, double tol_absolute) {
+    return run_lloyd<T, Policy>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration,
+                                p.keep_going, p.e_step, &resident_);
+  }
+  bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(a, b, k); }
+  int distinct_labels(const Labels& labels, int k) const { return algorithms::distinct_labels(labels, k); }
+  int uploads() const { return resident_.uploads(); }
+
+ private:
+  Backend backend_;
+  kernels::ResidentSamples<T> resident_;  // X and the weights on the device: uploaded once for every run
+};
 
 }  // namespace detail
+
+/// The k-means fit over `rows` (detail::LocalRows, or the MPI estimator's ranks): fit_kmeans below, and the MPI
+/// estimator's fit, are this.
+template <class T, class Rows>
+KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sample_weight, const KMeansParams& p,
+                           algorithms::NumpyRandomState& random_state) {
+  static_assert(is_supported_scalar<T>, "k-means supports float and double");
+  using Clock = std::chrono::steady_clock;
+  const auto fit_start = Clock::now();
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  algorithms::check_kmeans_params(p);
+  rows.check_non_empty(X);
+  return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeansFit<T> {
+    const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
+    const int k = p.n_clusters;
+    // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
+    const ShiftedView<T> Xc(X, in.mean.data());
+    Matrix<T> init_c;
+    if (p.init_centers) init_c = p.init_centers->template cast<T>().rowwise() - in.mean;
+    KMeansFit<T> fit;
+    fit.tol_absolute = in.tol_absolute;
+    fit.times.checks = seconds_since(fit_start);
+
+    std::optional<algorithms::LloydResult<T>> best;
+    for (int run = 0; run < in.n_init; ++run) {
+      auto phase = Clock::now();
+      const Matrix<T> start = p.init_centers ? init_c : rows.starting_centers(Xc, in.w, p, random_state);
+      if (p.verbose) verbose_line("Initialization complete");
+      fit.times.seeding += seconds_since(phase);
+      phase = Clock::now();
+      algorithms::LloydResult<T> r = rows.lloyd(Xc, in.w, start, p, in.tol_absolute);
+      fit.times.lloyd += seconds_since(phase);
+      fit.times.setup += r.setup_seconds;
+      fit.times.iterations += r.iteration_seconds;
+      fit.times.finish += r.finish_seconds;
+      if (!best || (r.inertia < best->inertia && !rows.same_clustering(r.labels, best->labels, k))) {
+        best = std::move(r);
+        fit.best_run = run;
+      }
+    }
+
+    fit.cluster_centers = best->centers.rowwise() + in.mean;
+    fit.distinct_clusters = rows.distinct_labels(best->labels, k);
+    if (fit.distinct_clusters < k)
+      warn("Number of distinct clusters (" + std::to_string(fit.distinct_clusters) +
+           ") found smaller than n_clusters (" + std::to_string(k) + "). Possibly due to duplicate points in X.");
+    fit.labels = std::move(best->labels);
+    fit.inertia = best->inertia;
+    fit.n_iter = best->n_iter;
+    fit.n_init = in.n_init;
+    fit.uploads = rows.uploads();
+    fit.iteration_seconds = best->iteration_seconds;
+    fit.step_times = std::move(best->step_times);
+    fit.times.total = seconds_since(fit_start);
+    return fit;
+  });
+}
 
 /// Fits k-means as scikit-learn's KMeans.fit does, on `backend`, and returns the model without keeping anything:
 /// a failure throws and leaves nothing half-made. `random_state` is numpy's stream the starting centres are drawn
@@ -229,60 +320,8 @@ Matrix<T> starting_centers(const Backend& backend, const ShiftedView<T>& Xc, Vec
 template <class T, class Policy = kmeans_default_policy>
 KMeansFit<T> fit_kmeans(const Backend& backend, MatrixView<T> X, const VectorView<T>* sample_weight,
                         const KMeansParams& p, algorithms::NumpyRandomState& random_state) {
-  static_assert(is_supported_scalar<T>, "k-means supports float and double");
-  using Clock = std::chrono::steady_clock;
-  const auto fit_start = Clock::now();
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  algorithms::check_kmeans_params(p);
-  checks::non_empty(X, "X");
-  return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeansFit<T> {
-    const detail::KMeansInputs<T> in(X, sample_weight, p);
-    const int k = p.n_clusters;
-    // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
-    const ShiftedView<T> Xc(X, in.mean.data());
-    Matrix<T> init_c;
-    if (p.init_centers) init_c = p.init_centers->template cast<T>().rowwise() - in.mean;
-    KMeansFit<T> fit;
-    fit.tol_absolute = in.tol_absolute;
-    fit.times.checks = seconds_since(fit_start);
-
-    std::optional<algorithms::LloydResult<T>> best;
-    kernels::ResidentSamples<T> resident;  // X and the weights on the device: uploaded once for every run
-    for (int run = 0; run < in.n_init; ++run) {
-      auto phase = Clock::now();
-      const Matrix<T> start =
-          p.init_centers ? init_c : detail::starting_centers<T, Policy>(backend, Xc, in.w, p, random_state, &resident);
-      if (p.verbose) verbose_line("Initialization complete");
-      fit.times.seeding += seconds_since(phase);
-      phase = Clock::now();
-      algorithms::LloydResult<T> r = detail::run_lloyd<T, Policy>(backend, Xc, in.w, start, p.max_iter,
-                                                                  in.tol_absolute, p.verbose, p.on_iteration,
-                                                                  p.keep_going, p.e_step, &resident);
-      fit.times.lloyd += seconds_since(phase);
-      fit.times.setup += r.setup_seconds;
-      fit.times.iterations += r.iteration_seconds;
-      fit.times.finish += r.finish_seconds;
-      if (!best || (r.inertia < best->inertia && !detail::same_clustering(r.labels, best->labels, k))) {
-        best = std::move(r);
-        fit.best_run = run;
-      }
-    }
-
-    fit.cluster_centers = best->centers.rowwise() + in.mean;
-    fit.distinct_clusters = algorithms::distinct_labels(best->labels, k);
-    if (fit.distinct_clusters < k)
-      warn("Number of distinct clusters (" + std::to_string(fit.distinct_clusters) +
-           ") found smaller than n_clusters (" + std::to_string(k) + "). Possibly due to duplicate points in X.");
-    fit.labels = std::move(best->labels);
-    fit.inertia = best->inertia;
-    fit.n_iter = best->n_iter;
-    fit.n_init = in.n_init;
-    fit.uploads = resident.uploads();
-    fit.iteration_seconds = best->iteration_seconds;
-    fit.step_times = std::move(best->step_times);
-    fit.times.total = seconds_since(fit_start);
-    return fit;
-  });
+  detail::LocalRows<T, Policy> rows(backend);
+  return fit_kmeans_on<T>(rows, X, sample_weight, p, random_state);
 }
 
 /// The samples a fit's first run starts from (init "k-means++" or "random"; p.init_centers is ignored), as
@@ -300,10 +339,11 @@ std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, Matrix
   p.init_centers.reset();
   algorithms::check_kmeans_params(p);
   checks::non_empty(X, "X");
-  const detail::KMeansInputs<T> in(X, sample_weight, p);
+  detail::LocalRows<T, Policy> rows(backend);
+  const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
   const ShiftedView<T> Xc(X, in.mean.data());
   std::vector<std::int64_t> chosen;
-  detail::starting_centers<T, Policy>(backend, Xc, in.w, p, random_state, nullptr, &chosen);
+  rows.starting_centers(Xc, in.w, p, random_state, &chosen);
   return chosen;
 }
 

@@ -3,6 +3,10 @@
 // and weights are added across ranks (MPI_Allreduce in float64), and every rank applies scikit-learn's M-step to
 // the same totals, so all ranks hold the same centres, inertia and n_iter, and each the labels of its own rows.
 //
+// The fit is the library's one k-means fit (fit_kmeans_on, estimators/kmeans_fit.hpp) over detail::RankRows: the
+// same checks, centring, numpy-stream k-means++ seeding and best-run rule as one process, with sums and engines that
+// span the ranks.
+//
 // Optional: this header needs MPI (<mpi.h>, e.g. Debian's libopenmpi-dev) and is not part of <gpuml/gpuml.hpp>.
 // CMake: link gpuml::mpi (defined when MPI is found).
 //
@@ -393,6 +397,120 @@ inline bool same_clustering(const Communicator& comm, const Labels& a, const Lab
   return true;
 }
 
+/// The rows of every rank of a communicator, as the library's one k-means fit (fit_kmeans_on) asks for them: column
+/// sums and weight summaries added across ranks, each rank's checks of its own rows made collective, and k-means++
+/// seeding and Lloyd runs whose engines work on each rank's rows and add across ranks. Every call is collective.
+template <class T>
+class RankRows {
+ public:
+  RankRows(const Communicator& comm, Backend backend, std::int64_t n_local)
+      : comm_(comm),
+        backend_(n_local > 0 ? std::move(backend) : Backend::host()),  // a rank without rows needs no device
+        rows_per_rank_(comm.gather(n_local)),
+        blocks_(rows_per_rank_) {
+    for (int r = 0; r < comm_.rank(); ++r) first_ += rows_per_rank_[static_cast<std::size_t>(r)];
+    for (const std::int64_t rows : rows_per_rank_) n_ += rows;
+  }
+
+  void check_non_empty(MatrixView<T> X) const {
+    if (n_ == 0 || X.cols() == 0)
+      throw invalid_input("X is empty on every rank (" + std::to_string(n_) + " samples, " + std::to_string(X.cols()) +
+                          " features); at least one sample and one feature are required");
+  }
+  std::int64_t total_rows(std::int64_t) const { return n_; }
+  template <class Work>
+  void guarded(Work&& work) const {
+    comm_.guarded(std::forward<Work>(work));
+  }
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center) const {
+    const Eigen::RowVectorXd local = algorithms::column_sums(X, center);
+    std::vector<double> v(local.data(), local.data() + local.size());
+    comm_.sum(v);
+    return Eigen::Map<const Eigen::RowVectorXd>(v.data(), local.size());
+  }
+  algorithms::WeightSummary weight_summary(VectorView<T> w) {
+    algorithms::WeightSummary local;
+    comm_.guarded([&] { local = algorithms::check_sample_weight(w); });
+    std::vector<double> v{local.sum, static_cast<double>(local.positive)};
+    comm_.sum(v);
+    weight_sum_ = v[0];
+    return {v[0], static_cast<Eigen::Index>(v[1])};
+  }
+
+  /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
+  /// block masses of every rank; the candidates' rows come from their owners. `chosen` gets global indices.
+  Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
+                             algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
+    const MatrixView<T> X = centred(Xc);
+    const int k = p.n_clusters, trials = algorithms::plus_plus_trials(k);
+    std::optional<kernels::PlusPlusEngine<T>> on_device;
+    std::optional<host::kmeans_detail::HostPlusPlus<T>> on_host;
+    comm_.guarded([&] {
+      run_on<T>(
+          backend_, "distributed k-means++ seeding", [&] { on_device.emplace(*backend_.device(), X, w, trials); },
+          [&] { on_host.emplace(X, w, trials); });
+    });
+    algorithms::WeightMasses<T> local_weights(w, weight_sum_);
+    SpreadMasses<algorithms::WeightMasses<T>> weights(comm_, blocks_, local_weights);
+    auto rows = [&](const std::vector<std::int64_t>& ids) { return gather_rows<T>(comm_, blocks_, X, ids); };
+    auto run = [&](auto& engine) {
+      DistributedPlusPlus<std::decay_t<decltype(engine)>, T> spread(comm_, blocks_, engine);
+      return algorithms::plus_plus_loop<T>(spread, weights, rows, n_, k, random, chosen);
+    };
+    return on_device ? run(*on_device) : run(*on_host);
+  }
+
+  /// One Lloyd run across ranks from `start`: each rank's engine on its rows (DistributedLloyd).
+  algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
+                                   const KMeansParams& p, double tol_absolute) {
+    const MatrixView<T> X = centred(Xc);
+    const auto k = static_cast<std::uint32_t>(start.rows());
+    std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
+    std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
+    comm_.guarded([&] {
+      run_on<T>(
+          backend_, "distributed KMeans",
+          [&] {
+            on_device.emplace(*backend_.device(), X, w.data(), k);
+            on_device->reset_labels();
+          },
+          [&] { on_host.emplace(X, w); });
+    });
+    auto run = [&](auto& engine) {
+      DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, X, w, first_);
+      return algorithms::lloyd_loop<T>(spread, X, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration);
+    };
+    return on_device ? run(*on_device) : run(*on_host);
+  }
+
+  bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(comm_, a, b, k); }
+  int distinct_labels(const Labels& labels, int k) const {
+    std::vector<std::int32_t> seen(static_cast<std::size_t>(k), 0);
+    for (Eigen::Index i = 0; i < labels.size(); ++i) seen[static_cast<std::size_t>(labels[i])] = 1;
+    MPI_Allreduce(MPI_IN_PLACE, seen.data(), k, MPI_INT32_T, MPI_MAX, comm_.get());
+    return static_cast<int>(std::count(seen.begin(), seen.end(), 1));
+  }
+  int uploads() const { return 0; }
+
+ private:
+  /// This rank's rows less the mean, copied once: the distributed engines read a plain matrix.
+  MatrixView<T> centred(const ShiftedView<T>& Xc) {
+    if (centred_.rows() != Xc.rows() || centred_.cols() != Xc.cols()) {
+      centred_.resize(Xc.rows(), Xc.cols());
+      if (Xc.rows() > 0) Xc.copy_rows(0, Xc.rows(), centred_.data());
+    }
+    return centred_;
+  }
+
+  const Communicator& comm_;
+  Backend backend_;
+  std::vector<std::int64_t> rows_per_rank_;
+  RankBlocks blocks_;
+  std::int64_t first_ = 0, n_ = 0;
+  double weight_sum_ = 0;
+  Matrix<T> centred_;
+};
+
 }  // namespace detail
 
 /// KMeans over the ranks of a communicator. Each rank passes its own rows to fit (shards of one data set in rank
@@ -416,9 +534,9 @@ class KMeans {
   }
 
   KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
-    const KMeansParams& p = params_;
+    KMeansParams p = params_;
     const std::int64_t n_local = X.rows(), d_local = X.cols();
-    // Shapes and parameters first, on every rank, so that a bad shard ends every rank before any work.
+    // Shapes first, on every rank, so that a bad shard ends every rank before any work.
     const auto features = comm_.gather(d_local);
     const auto scalar_bytes = comm_.gather(static_cast<std::int64_t>(sizeof(T)));
     std::string problem;
@@ -430,92 +548,52 @@ class KMeans {
         problem = "shards disagree on the scalar type (float32 against float64)";
     }
     comm_.check(comm_.rank() == 0 ? problem : std::string());
-    double weight_sum = 0;
     comm_.guarded([&] {
-      algorithms::check_kmeans_params(p);
-      if (n_local > 0) checks::data(X, "X");
-      checks::same_length(n_local, sample_weight.size(), "sample_weight");
-      weight_sum = algorithms::check_sample_weight(sample_weight).sum;
       if (!p.init_centers && p.init != "k-means++")
         throw unsupported("distributed KMeans seeds with k-means++ or takes initial centres (init_centers); "
                           "init=\"random\" across ranks is not built");
     });
-    std::vector<double> total_weight{weight_sum};
-    comm_.sum(total_weight);
-    if (!(total_weight[0] > 0))  // the same on every rank: all of them check
-      comm_.check("sample_weight sums to zero; at least one sample needs a positive weight");
-    const std::int64_t n = comm_.sum(n_local), d = features[0], k = p.n_clusters;
-    const auto first_rows = comm_.gather(n_local);
-    std::int64_t first = 0;
-    for (int r = 0; r < comm_.rank(); ++r) first += first_rows[static_cast<std::size_t>(r)];
-    if (n < k)
-      comm_.check("n_samples=" + std::to_string(n) + " should be >= n_clusters=" + std::to_string(k) + ".");
+    // An array init: rank 0's, the same on every rank.
+    std::vector<double> init;
+    std::int64_t init_shape[2] = {0, 0};
+    if (comm_.rank() == 0 && p.init_centers) {
+      init.assign(p.init_centers->data(), p.init_centers->data() + p.init_centers->size());
+      init_shape[0] = p.init_centers->rows();
+      init_shape[1] = p.init_centers->cols();
+    }
+    MPI_Bcast(init_shape, 2, MPI_INT64_T, 0, comm_.get());
+    if (init_shape[0] * init_shape[1] > 0) {
+      init.resize(static_cast<std::size_t>(init_shape[0] * init_shape[1]));
+      MPI_Bcast(init.data(), static_cast<int>(init.size()), MPI_DOUBLE, 0, comm_.get());
+      p.init_centers = Eigen::Map<const Matrix<double>>(init.data(), init_shape[0], init_shape[1]);
+    } else if (p.init_centers) {
+      p.init_centers.reset();  // rank 0 gave none: every rank seeds
+    }
 
-    // Initial centres: rank 0's array, the same on every rank, or k-means++ across ranks.
-    const bool array_init = p.init_centers.has_value();
-    std::vector<double> init(array_init ? static_cast<std::size_t>(k * d) : 0, 0.0);
-    comm_.guarded([&] {
-      if (comm_.rank() != 0 || !array_init) return;
-      const Matrix<double>& c = *p.init_centers;
-      algorithms::check_init_centers<T>(c, k, d);
-      std::copy_n(c.data(), init.size(), init.data());
-    });
-    if (array_init) MPI_Bcast(init.data(), static_cast<int>(init.size()), MPI_DOUBLE, 0, comm_.get());
-    const int n_init = array_init ? 1 : p.n_init == 0 ? 1 : p.n_init;  // "auto": one k-means++ seeding
-
-    // Mean and tolerance over all rows: each rank's column sums (as one process makes them over its rows), added
-    // across ranks in float64; then centring in T as one process does.
-    auto summed = [&](const Eigen::RowVectorXd& local) {
-      std::vector<double> v(local.data(), local.data() + local.size());
-      comm_.sum(v);
-      return Eigen::RowVectorXd(Eigen::Map<const Eigen::RowVectorXd>(v.data(), d));
-    };
-    const Eigen::RowVectorXd mean = summed(algorithms::column_sums(X, nullptr)) / double(n);
-    const double tol_absolute =
-        p.tol == 0 ? 0.0 : algorithms::absolute_tolerance(summed(algorithms::column_sums(X, &mean)), double(n), p.tol);
-    const Eigen::Matrix<T, 1, Eigen::Dynamic> mean_t = mean.template cast<T>();
-    const Matrix<T> Xc = X.rowwise() - mean_t;
-    Matrix<T> init_c;
-    if (array_init) init_c = Eigen::Map<const Matrix<double>>(init.data(), k, d).template cast<T>().rowwise() - mean_t;
-
-    // Verbose output from rank 0 only (every rank computes it: the inertia it prints is a collective); a
-    // cancellation on any rank stops every rank at the same iteration.
-    // Warnings and verbose lines from rank 0 only (the handler must outlive the scope: a named object).
+    // Warnings and verbose lines from rank 0 only (every rank computes them: the inertia a verbose line prints is a
+    // collective); the handler must outlive the scope: a named object.
     const WarningHandler rank_zero_only =
         comm_.rank() == 0 ? WarningHandler{} : WarningHandler([](const std::string&) {});
     ScopedThreadMessages quiet_ranks(rank_zero_only, rank_zero_only);
-    if (array_init && p.n_init > 1)
-      warn("Explicit initial center position passed: performing only one init in KMeans instead of n_init=" +
-           std::to_string(p.n_init) + ".");
-    IterationCallback on_iteration;
-    if (p.on_iteration)
-      on_iteration = [&](const LloydIteration& it) {
+    // A cancellation on any rank stops every rank at the same iteration.
+    if (params_.on_iteration)
+      p.on_iteration = [&](const LloydIteration& it) {
         bool go_on = true;
-        comm_.guarded([&] { go_on = p.on_iteration(it); });
+        comm_.guarded([&] { go_on = params_.on_iteration(it); });
         std::vector<double> stop(1, go_on ? 0.0 : 1.0);
         comm_.sum(stop);
         return stop[0] == 0;
       };
-    const Backend local = n_local > 0 ? backend_ : Backend::host();  // a rank without rows needs no device
-    const detail::RankBlocks blocks(first_rows);
-    algorithms::NumpyRandomState random(p.random_state);
-    std::optional<algorithms::LloydResult<T>> best;
-    for (int attempt = 0; attempt < n_init; ++attempt) {
-      const Matrix<T> start = array_init ? init_c : seed(local, blocks, Xc, sample_weight, static_cast<int>(k), total_weight[0], random);
-      if (p.verbose) verbose_line("Initialization complete");
-      algorithms::LloydResult<T> r = lloyd(local, Xc, sample_weight, start, first, tol_absolute, on_iteration);
-      // scikit-learn keeps a later run only if its inertia is lower and it is not the same clustering.
-      const bool better = !best || (r.inertia < best->inertia &&
-                                    !detail::same_clustering(comm_, r.labels, best->labels, static_cast<int>(k)));
-      if (better) best = std::move(r);
-    }
-    algorithms::LloydResult<T>& r = *best;
+    p.keep_going = {};  // polled inside one rank's E-step only: not collective
 
-    centers_ = r.centers.rowwise() + mean_t;
-    labels_ = std::move(r.labels);
-    inertia_ = r.inertia;
-    n_iter_ = r.n_iter;
-    iteration_seconds_ = r.iteration_seconds;
+    detail::RankRows<T> rows(comm_, backend_, n_local);
+    algorithms::NumpyRandomState random(p.random_state);
+    KMeansFit<T> fit = fit_kmeans_on<T>(rows, X, &sample_weight, p, random);
+    centers_ = std::move(fit.cluster_centers);
+    labels_ = std::move(fit.labels);
+    inertia_ = fit.inertia;
+    n_iter_ = fit.n_iter;
+    iteration_seconds_ = fit.iteration_seconds;
     fitted_ = true;
     return *this;
   }
@@ -541,51 +619,6 @@ class KMeans {
  private:
   void require_fitted() const {
     if (!fitted_) throw not_fitted("This KMeans instance is not fitted yet. Call 'fit' with appropriate arguments first.");
-  }
-
-  /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
-  /// block sums of every rank; the candidates' rows come from their owners.
-  Matrix<T> seed(const Backend& local, const detail::RankBlocks& blocks, MatrixView<T> Xc, VectorView<T> w, int k,
-                 double weight_sum, algorithms::NumpyRandomState& random) {
-    const int trials = algorithms::plus_plus_trials(k);
-    std::optional<kernels::PlusPlusEngine<T>> on_device;
-    std::optional<host::kmeans_detail::HostPlusPlus<T>> on_host;
-    comm_.guarded([&] {
-      run_on<T>(
-          local, "distributed k-means++ seeding", [&] { on_device.emplace(*local.device(), Xc, w, trials); },
-          [&] { on_host.emplace(Xc, w, trials); });
-    });
-    algorithms::WeightMasses<T> local_weights(w, weight_sum);
-    detail::SpreadMasses<algorithms::WeightMasses<T>> weights(comm_, blocks, local_weights);
-    auto rows = [&](const std::vector<std::int64_t>& ids) { return detail::gather_rows<T>(comm_, blocks, Xc, ids); };
-    auto run = [&](auto& engine) {
-      detail::DistributedPlusPlus<std::decay_t<decltype(engine)>, T> spread(comm_, blocks, engine);
-      return algorithms::plus_plus_loop<T>(spread, weights, rows, blocks.total_rows(), k, random);
-    };
-    return on_device ? run(*on_device) : run(*on_host);
-  }
-
-  /// One Lloyd run across ranks from `start`: each rank's engine on its rows (detail::DistributedLloyd).
-  algorithms::LloydResult<T> lloyd(const Backend& local, MatrixView<T> Xc, VectorView<T> w, const Matrix<T>& start,
-                                   std::int64_t first, double tol_absolute, const IterationCallback& on_iteration) {
-    const KMeansParams& p = params_;
-    const auto k = static_cast<std::uint32_t>(start.rows());
-    std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
-    std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
-    comm_.guarded([&] {
-      run_on<T>(
-          local, "distributed KMeans",
-          [&] {
-            on_device.emplace(*local.device(), Xc, w.data(), k);
-            on_device->reset_labels();
-          },
-          [&] { on_host.emplace(Xc, w); });
-    });
-    auto run = [&](auto& engine) {
-      detail::DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, Xc, w, first);
-      return algorithms::lloyd_loop<T>(spread, Xc, w, start, p.max_iter, tol_absolute, p.verbose, on_iteration);
-    };
-    return on_device ? run(*on_device) : run(*on_host);
   }
 
   KMeansParams params_;
