@@ -556,6 +556,27 @@ TYPED_TEST(KMeansTest, MatchesNaiveReference) {
 // ---------------------------------------------------------------------------------------------------------------
 // Seeding
 
+// numpy.random.RandomState(0).random_sample(3) and RandomState(2**32 - 1).random_sample(), as numpy prints them; the
+// 1000th draw from seed 0 crosses a regeneration of the key. (python/tests/test_kmeans_fit.py checks whole streams
+// against numpy itself.)
+TEST(NumpyRandomStateTest, DrawsNumpysNumbers) {
+  gpuml::algorithms::NumpyRandomState zero(0);
+  EXPECT_EQ(zero.random_sample(), 0.5488135039273248);
+  EXPECT_EQ(zero.random_sample(), 0.7151893663724195);
+  EXPECT_EQ(zero.random_sample(), 0.6027633760716439);
+  gpuml::algorithms::NumpyRandomState top(0xFFFFFFFFull);
+  EXPECT_EQ(top.random_sample(), 0.0976320289940138);
+  // A stream rebuilt from a state continues where the state's own stream does.
+  for (int i = 0; i < 997; ++i) zero.random_sample();
+  gpuml::algorithms::NumpyRandomState copy(zero.key(), zero.pos());
+  for (int i = 0; i < 700; ++i) ASSERT_EQ(copy.random_sample(), zero.random_sample()) << "draw " << i;
+  EXPECT_THROW(gpuml::algorithms::NumpyRandomState(std::uint64_t(1) << 32), gpuml::invalid_input);
+  KMeansParams p;
+  p.random_state = std::uint64_t(1) << 40;
+  const Matrix<double> X = gpuml::testing::random_matrix<double>(50, 2, 3);
+  EXPECT_THROW(KMeans<double>(p, gpuml::Backend::host()).fit(X), gpuml::invalid_input);
+}
+
 TYPED_TEST(KMeansTest, KMeansPlusPlusPicksDistinctPositiveWeightSamples) {
   using T = TypeParam;
   const Eigen::Index n = 800, d = 4;
