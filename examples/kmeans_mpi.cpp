@@ -156,12 +156,14 @@ int main(int argc, char** argv) {
     app.add_option("--centers-out", o.centers_out, "rank 0 writes the centres here (.npy/.csv)");
     app.add_flag("--json", o.json, "rank 0 prints one JSON object");
     app.add_flag("--verbose", o.verbose, "scikit-learn's verbose lines, from rank 0");
+    gpuml_program::add_version(app, "gpuml-kmeans-mpi");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      status = comm.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+      // --help and --version exit 0 and a usage error 2, as the other programs do; rank 0 alone prints.
+      const int rc = comm.rank() == 0 ? app.exit(e) : e.get_exit_code();
       MPI_Finalize();
-      return status;
+      return rc == 0 ? 0 : 2;
     }
     try {
       gpuml::NpyHeader h;
@@ -177,7 +179,7 @@ int main(int argc, char** argv) {
       });
       status = h.dtype == gpuml::NpyDtype::f4 ? run<float>(o, h, *file, comm) : run<double>(o, h, *file, comm);
     } catch (const std::exception& e) {
-      if (comm.rank() == 0) std::fprintf(stderr, "gpuml-kmeans-mpi: %s\n", e.what());
+      if (comm.rank() == 0) std::fprintf(stderr, "gpuml-kmeans-mpi: error: %s\n", e.what());
       status = 1;
     }
   }

@@ -48,3 +48,12 @@ if "${mpirun[@]}" -np 2 "$bin/gpuml-kmeans-mpi" --input "$work/missing.npy" 2>"$
 fi
 grep -q "rank 0 of 2" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
 echo "a missing input ends both ranks: $(head -n1 "$work/err.txt")"
+# Like the other programs: --version and --help exit 0 without an input, a usage error exits 2.
+"${mpirun[@]}" -np 2 "$bin/gpuml-kmeans-mpi" --version | grep -q "^gpuml-kmeans-mpi " || { echo "--version"; exit 1; }
+"${mpirun[@]}" -np 1 "$bin/gpuml-kmeans-mpi" --help | grep -q -- "--input" || { echo "--help"; exit 1; }
+set +e
+"${mpirun[@]}" -np 1 "$bin/gpuml-kmeans-mpi" 2>/dev/null
+status=$?
+set -e
+[ "$status" -eq 2 ] || { echo "a missing --input exited $status, not 2"; exit 1; }
+echo "--version, --help and a usage error exit 0, 0 and 2"
