@@ -7,7 +7,10 @@ estimators' predict) search with gpuml for the metrics gpuml has
 (euclidean, sqeuclidean, manhattan, chebyshev, cosine; minkowski with p = 1, 2 or inf). gpuml keeps the database on
 the device after the first search and rebuilds that copy from _fit_X when it is missing (after unpickling, say).
 Distances of float32 data are returned as scikit-learn returns them: float64 (float32 for cosine), recomputed
-from differences in float64 for the chosen neighbours.
+from differences in float64 for the chosen neighbours, on the host threads within the search's call.
+The classifier's votes (predict, predict_proba) and the regressor's means, uniform or weighted by distance, are
+computed by gpuml too, in the order of scikit-learn's numpy operations (so the same neighbours give the same bits);
+several outputs and callable weights are scikit-learn's.
 """
 
 import numbers
@@ -19,7 +22,7 @@ import scipy.sparse as sp
 from sklearn.neighbors import KNeighborsClassifier as _SklearnKNeighborsClassifier
 from sklearn.neighbors import KNeighborsRegressor as _SklearnKNeighborsRegressor
 from sklearn.neighbors import NearestNeighbors as _SklearnNearestNeighbors
-from sklearn.neighbors._base import _get_weights
+from sklearn.utils.arrayfuncs import _all_with_any_reduction_axis_1
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _gpuml
@@ -45,44 +48,6 @@ def _gpuml_metric(metric, p, metric_params):
     return metric
 
 
-def _row_distances(a, b, metric):
-    """Distances between matching rows of two float64 arrays of the same shape (..., d), from differences."""
-    if metric == "cosine":
-        norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            similarity = np.einsum("...d,...d->...", a, b) / norms
-        similarity[norms == 0] = 0.0  # scikit-learn: a zero vector is at distance 1 from everything
-        return 1.0 - similarity
-    diff = np.abs(a - b)
-    if metric in ("manhattan", "cityblock", "l1"):
-        return diff.sum(axis=-1)
-    if metric == "chebyshev":
-        return diff.max(axis=-1)
-    sq = np.einsum("...d,...d->...", diff, diff)
-    return sq if metric == "sqeuclidean" else np.sqrt(sq)
-
-
-def _exact_distances(X, Y, indices, metric):
-    """Distances from each row of X to its neighbours Y[indices] in float64, in bounded chunks."""
-    out = np.empty(indices.shape, dtype=np.float64)
-    step = max(1, (1 << 22) // max(1, indices.shape[1] * X.shape[1]))
-    for s in range(0, X.shape[0], step):
-        neighbours = Y[indices[s : s + step]].astype(np.float64, copy=False)
-        q = X[s : s + step, None, :].astype(np.float64, copy=False)
-        out[s : s + step] = _row_distances(np.broadcast_to(q, neighbours.shape), neighbours, metric)
-    return out
-
-
-def _pair_distances(X, Y, rows, cols, metric):
-    """Distances between X[rows[i]] and Y[cols[i]] in float64, in bounded chunks."""
-    out = np.empty(len(rows), dtype=np.float64)
-    step = max(1, (1 << 22) // max(1, X.shape[1]))
-    for s in range(0, len(rows), step):
-        a = X[rows[s : s + step]].astype(np.float64, copy=False)
-        out[s : s + step] = _row_distances(a, Y[cols[s : s + step]].astype(np.float64, copy=False), metric)
-    return out
-
-
 def _ragged(values, offsets):
     """scikit-learn's radius_neighbors format: an object array of one array per query."""
     out = np.empty(len(offsets) - 1, dtype=object)
@@ -105,26 +70,27 @@ class _GpumlKNeighborsMixin:
         return None
 
     def _gpuml_database(self, dtype):
-        """(database on gpuml, its float array), built on first use from _fit_X and kept beside the estimator, not
-        in it: predict leaves __dict__ unchanged, pickles carry only scikit-learn's attributes, and a refit, an
-        unpickled copy or another dtype or device gets a new one. (None, None) when _fit_X is sparse and too large."""
+        """The database on gpuml (which keeps its float array of _fit_X), built on first use and kept beside the
+        estimator, not in it: predict leaves __dict__ unchanged, pickles carry only scikit-learn's attributes, and a
+        refit, an unpickled copy or another dtype or device gets a new one. None when _fit_X is sparse and too
+        large."""
         key = (self._fit_X, np.dtype(dtype).name, self.device)
         with _databases_lock:
             entry = _databases.get(self)
             if entry is not None and entry[0][0] is key[0] and entry[0][1:] == key[1:]:
-                return entry[1], entry[2]
+                return entry[1]
         fit_X = self._fit_X
         if sp.issparse(fit_X):
             fit_X = densify(fit_X, dtype)
             if fit_X is None:
-                return None, None
+                return None
         fit_X = np.ascontiguousarray(fit_X, dtype=dtype)
         metric = _gpuml_metric(self.metric, self.p, self.metric_params)
         db = getattr(_gpuml, f"Neighbors_{np.dtype(dtype).name}")(fit_X, metric, device_choice(self.device))
         raise_warnings(db.fit_warnings())
         with _databases_lock:
-            _databases[self] = (key, db, fit_X)
-        return db, fit_X
+            _databases[self] = (key, db)
+        return db
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the K-neighbors of a point (see sklearn.neighbors.NearestNeighbors.kneighbors)."""
@@ -162,24 +128,17 @@ class _GpumlKNeighborsMixin:
         queries = None
         if not query_is_train:
             queries = densify(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
-        db, fit_X = self._gpuml_database(dtype)
+        db = self._gpuml_database(dtype)
         if db is None or (not query_is_train and queries is None):
             log_fallback_once(self, "sparse input too large to densify")
             calls.count("sklearn")
             return super().kneighbors(None if query_is_train else X, n_neighbors, return_distance)
 
-        distances, indices, messages = db.kneighbors(queries, int(n_neighbors))
+        # float32 data: the distances come back recomputed in float64 from differences (float32 for cosine).
+        distances, indices, messages = db.kneighbors(queries, int(n_neighbors), bool(return_distance))
         raise_warnings(messages)
         calls.count("gpuml")
-        if not return_distance:
-            return indices
-        if dtype == np.float32:
-            metric = _gpuml_metric(self.metric, self.p, self.metric_params)
-            distances = _exact_distances(fit_X if query_is_train else queries, fit_X, indices, metric)
-            if metric == "cosine":  # scikit-learn computes cosine distances of float32 data in float32
-                distances = distances.astype(np.float32)
-        return distances, indices
-
+        return (distances, indices) if return_distance else indices
 
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """Find the neighbors within a given radius (see sklearn.neighbors.NearestNeighbors.radius_neighbors)."""
@@ -206,7 +165,7 @@ class _GpumlKNeighborsMixin:
         queries = None
         if not query_is_train:
             queries = densify(X, dtype) if sp.issparse(X) else np.ascontiguousarray(X, dtype=dtype)
-        db, fit_X = self._gpuml_database(dtype)
+        db = self._gpuml_database(dtype)
         if db is None or (not query_is_train and queries is None):
             log_fallback_once(self, "sparse input too large to densify")
             calls.count("sklearn")
@@ -215,14 +174,13 @@ class _GpumlKNeighborsMixin:
         wide = dtype == np.float32 and metric != "cosine"
         # float32 data: select with float32 rounding room, then decide in float64 as scikit-learn does.
         search_radius = radius * (1 + 1e-4) + 1e-30 if wide else radius
-        offsets, indices, distances, messages = db.radius_neighbors(queries, search_radius, bool(sort_results))
+        # float32 data: distances recomputed in float64 from differences (float32 for cosine), where needed.
+        exact = dtype == np.float32 and (wide or return_distance)
+        offsets, indices, distances, messages = db.radius_neighbors(queries, search_radius, bool(sort_results), exact)
         raise_warnings(messages)
         calls.count("gpuml")
-        if dtype == np.float32:
+        if exact and (wide or sort_results):
             rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-            distances = _pair_distances(fit_X if query_is_train else queries, fit_X, rows, indices, metric)
-            if metric == "cosine":
-                distances = distances.astype(np.float32)
             if wide:
                 keep = distances <= radius
                 rows, indices, distances = rows[keep], indices[keep], distances[keep]
@@ -295,30 +253,54 @@ class KNeighborsClassifier(_GpumlKNeighborsMixin, _SklearnKNeighborsClassifier):
         )
         self.device = device
 
-    def _uniform_proba(self, X):
-        """Class probabilities of uniform votes from gpuml's neighbours, or None to leave them to scikit-learn."""
-        if self.weights != "uniform" or self.outputs_2d_ or self._gpuml_unsupported() is not None:
+    def _gpuml_vote(self, X):
+        """(neighbour indices, their weights or None for uniform votes) for a vote on gpuml, or None to leave the
+        whole prediction to scikit-learn (several outputs, callable weights, a search gpuml does not run)."""
+        if self.weights not in ("uniform", "distance") or self.outputs_2d_ or self._gpuml_unsupported() is not None:
             return None
-        neigh_ind = self.kneighbors(X, return_distance=False)
-        votes = self._y[neigh_ind]
-        proba = np.zeros((neigh_ind.shape[0], len(self.classes_)), dtype=np.float64)
-        np.add.at(proba, (np.arange(neigh_ind.shape[0])[:, None], votes), 1.0)
-        proba /= neigh_ind.shape[1]
-        return proba
+        if self.weights == "uniform":
+            return self.kneighbors(X, return_distance=False), None
+        distances, indices = self.kneighbors(X)
+        weights, messages = _gpuml.distance_weights(distances)
+        raise_warnings(messages)
+        if _all_with_any_reduction_axis_1(weights, value=0):
+            raise ValueError(
+                "All neighbors of some sample is getting zero weights. "
+                "Please modify 'weights' to avoid this case if you are "
+                "using a user-defined function."
+            )
+        return indices, weights
+
+    def _labels(self):
+        """The training samples' class indices (scikit-learn's _y) as the int64 array gpuml's votes read."""
+        return np.ascontiguousarray(self._y, dtype=np.int64)
 
     def predict_proba(self, X):
         """Return probability estimates for the test data X (see sklearn's KNeighborsClassifier.predict_proba)."""
         check_is_fitted(self, "_fit_method")
-        proba = self._uniform_proba(X)
-        return proba if proba is not None else super().predict_proba(X)
+        vote = self._gpuml_vote(X)
+        if vote is None:
+            return super().predict_proba(X)
+        indices, weights = vote
+        proba, messages = _gpuml.class_votes(indices, self._labels(), len(self.classes_), weights)
+        raise_warnings(messages)
+        proba /= proba.sum(axis=1)[:, np.newaxis]  # scikit-learn's normalisation, in its order
+        return proba
 
     def predict(self, X):
         """Predict the class labels for the provided data (see sklearn's KNeighborsClassifier.predict)."""
         check_is_fitted(self, "_fit_method")
-        proba = self._uniform_proba(X)
-        if proba is None:
+        vote = self._gpuml_vote(X)
+        if vote is None:
             return super().predict(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+        indices, weights = vote
+        if weights is None:  # the most frequent class, ties to the smallest, as scipy's mode
+            votes, messages = _gpuml.class_votes(indices, self._labels(), len(self.classes_), None)
+            raise_warnings(messages)
+            return self.classes_[np.argmax(votes, axis=1)]
+        modes, messages = _gpuml.weighted_modes(indices, self._labels(), len(self.classes_), weights)
+        raise_warnings(messages)
+        return self.classes_.take(modes)
 
 
 class KNeighborsRegressor(_GpumlKNeighborsMixin, _SklearnKNeighborsRegressor):
@@ -350,3 +332,19 @@ class KNeighborsRegressor(_GpumlKNeighborsMixin, _SklearnKNeighborsRegressor):
             n_jobs=n_jobs,
         )
         self.device = device
+
+    def predict(self, X):
+        """Predict the target for the provided data (see sklearn's KNeighborsRegressor.predict)."""
+        check_is_fitted(self, "_fit_method")
+        y = self._y
+        if self.weights not in ("uniform", "distance") or y.dtype != np.float64 or self._gpuml_unsupported() is not None:
+            return super().predict(X)
+        if self.weights == "uniform":
+            indices, weights = self.kneighbors(X, return_distance=False), None
+        else:
+            distances, indices = self.kneighbors(X)
+            weights, messages = _gpuml.distance_weights(distances)
+            raise_warnings(messages)
+        means, messages = _gpuml.neighbour_means(indices, np.ascontiguousarray(y.reshape(len(y), -1)), weights)
+        raise_warnings(messages)
+        return means.ravel() if y.ndim == 1 else means

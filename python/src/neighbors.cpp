@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace gpuml_python {
 namespace {
@@ -15,21 +20,64 @@ namespace {
 using Index = std::int64_t;
 using IndexIn = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using LabelsIn = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using IndexMatrix = gpuml::IndexMatrix;
 
 // ---- Distances of chosen neighbours ----------------------------------------------------------------------------
+// The hot loops use raw pointers (no Eigen accessors), explicit vectors and forced inlining: their speed does not
+// hang on what the compiler inlines or vectorises by itself (little, where a build optimises for size).
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUML_PYTHON_INLINE __attribute__((always_inline)) inline
+#else
+#define GPUML_PYTHON_INLINE inline
+#endif
+
+/// A row-major float32 matrix as the loops read it.
+struct Rows {
+  const float* data;
+  Index stride;  // elements from one row to the next
+  const float* row(Index i) const { return data + i * stride; }
+};
+
+inline Rows rows_of(const gpuml::MatrixView<float>& m) { return {m.data(), Index(m.outerStride())}; }
 
 /// Eight partial sums, lane j taking the features f = j (mod 8), combined in a fixed tree: the order does not
-/// depend on the instruction set, and the lanes let compilers vectorise the loop without reassociating it.
+/// depend on the instruction set or on the vectors used.
 constexpr int kLanes = 8;
 
-inline double lane_sum(const double (&s)[kLanes]) {
+GPUML_PYTHON_INLINE double lane_sum(const double (&s)[kLanes]) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUML_PYTHON_LANE_VECTORS 1
+// Two lanes per 16-byte vector, which every vector instruction set has (wider generic vectors are split by the
+// compiler through memory where the target lacks them).
+typedef double Double2 __attribute__((vector_size(16)));
+typedef float Float2 __attribute__((vector_size(8)));
+typedef std::int64_t Bits2 __attribute__((vector_size(16)));
+
+/// x[0..3] widened to double, as lanes (0, 1) and (2, 3). On x86 through cvtps2pd: compilers otherwise convert
+/// value by value (cvtss2sd), whose merge into the old register chains the loop's iterations.
+GPUML_PYTHON_INLINE void widen4(const float* x, Double2& low, Double2& high) {
+#if defined(__SSE2__)
+  const __m128 v = _mm_loadu_ps(x);
+  low = Double2(_mm_cvtps_pd(v));
+  high = Double2(_mm_cvtps_pd(_mm_movehl_ps(v, v)));
+#else
+  Float2 a, b;
+  std::memcpy(&a, x, sizeof a);
+  std::memcpy(&b, x + 2, sizeof b);
+  low = __builtin_convertvector(a, Double2);
+  high = __builtin_convertvector(b, Double2);
+#endif
+}
+#else
+#define GPUML_PYTHON_LANE_VECTORS 0
+#endif
+
 /// Brings a database row into cache before it is read: the neighbours' rows are scattered over a database that
 /// is usually far larger than the caches.
-inline void prefetch_row(const float* row, Index d) {
+GPUML_PYTHON_INLINE void prefetch_row(const float* row, Index d) {
 #if defined(__GNUC__) || defined(__clang__)
   for (Index f = 0; f < d; f += 64 / Index(sizeof(float))) __builtin_prefetch(row + f);
 #else
@@ -38,89 +86,141 @@ inline void prefetch_row(const float* row, Index d) {
 #endif
 }
 
+/// The lanes' sums over the body (d rounded down to a multiple of kLanes) for the metrics that add up per
+/// feature: squared differences x - q (euclidean, sqeuclidean), absolute differences (manhattan), or for cosine
+/// the products q * x in `s` and x * x in `t`.
+template <gpuml::Metric metric>
+GPUML_PYTHON_INLINE void lane_sums(const double* q, const float* x, Index body, double (&s)[kLanes],
+                                   double (&t)[kLanes]) {
+#if GPUML_PYTHON_LANE_VECTORS
+  Double2 a[4] = {}, b[4] = {};  // b: cosine only
+  for (Index f = 0; f < body; f += kLanes) {
+    Double2 wide[4];
+    widen4(x + f, wide[0], wide[1]);
+    widen4(x + f + 4, wide[2], wide[3]);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      Double2 query;
+      std::memcpy(&query, q + f + 2 * v, sizeof query);
+      if constexpr (metric == gpuml::Metric::cosine) {
+        a[v] += query * wide[v];
+        b[v] += wide[v] * wide[v];
+      } else if constexpr (metric == gpuml::Metric::manhattan) {
+        a[v] += Double2(Bits2(wide[v] - query) & std::numeric_limits<std::int64_t>::max());  // |x - q|
+      } else {
+        const Double2 e = wide[v] - query;
+        a[v] += e * e;
+      }
+    }
+  }
+  std::memcpy(s, a, sizeof s);
+  if constexpr (metric == gpuml::Metric::cosine) std::memcpy(t, b, sizeof t);
+#else
+  for (int j = 0; j < kLanes; ++j) s[j] = t[j] = 0;
+  for (Index f = 0; f < body; f += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = x[f + j], e = v - q[f + j];
+      if constexpr (metric == gpuml::Metric::cosine) {
+        s[j] += q[f + j] * v;
+        t[j] += v * v;
+      } else if constexpr (metric == gpuml::Metric::manhattan) {
+        s[j] += std::fabs(e);
+      } else {
+        s[j] += e * e;
+      }
+    }
+#endif
+}
+
 /// The float64 distance between a query q (float32 values widened to double) and database row x, from
 /// differences: what scikit-learn returns for float32 data. `q_squared_norm` is used by cosine only.
-inline double exact_distance(const double* q, const float* x, Index d, gpuml::Metric metric, double q_squared_norm) {
-  double s[kLanes] = {}, t[kLanes] = {};
+template <gpuml::Metric metric>
+GPUML_PYTHON_INLINE double exact_distance(const double* q, const float* x, Index d, Index body, double q_squared_norm) {
+  double s[kLanes], t[kLanes], tail = 0, tail_t = 0;
+  if constexpr (metric == gpuml::Metric::chebyshev) {
+    double m = 0;
+    for (Index f = 0; f < d; ++f) m = std::max(m, std::fabs(double(x[f]) - q[f]));
+    return m;
+  } else if constexpr (metric == gpuml::Metric::manhattan) {
+    lane_sums<metric>(q, x, body, s, t);
+    for (Index f = body; f < d; ++f) tail += std::fabs(double(x[f]) - q[f]);
+    return lane_sum(s) + tail;
+  } else if constexpr (metric == gpuml::Metric::cosine) {
+    lane_sums<metric>(q, x, body, s, t);
+    for (Index f = body; f < d; ++f) {
+      const double v = x[f];
+      tail += q[f] * v;
+      tail_t += v * v;
+    }
+    // scikit-learn: 1 - <q, x> / (|q| |x|), and a zero vector at distance 1 from everything.
+    const double norms = std::sqrt(q_squared_norm) * std::sqrt(lane_sum(t) + tail_t);
+    return norms == 0 ? 1.0 : 1.0 - (lane_sum(s) + tail) / norms;
+  } else {
+    lane_sums<gpuml::Metric::sqeuclidean>(q, x, body, s, t);
+    for (Index f = body; f < d; ++f) {
+      const double e = double(x[f]) - q[f];
+      tail += e * e;
+    }
+    const double squared = lane_sum(s) + tail;
+    return metric == gpuml::Metric::euclidean ? std::sqrt(squared) : squared;
+  }
+}
+
+/// out[p] for the database rows indices[p], p in [offsets(i), offsets(i + 1)), the neighbours of query i (the
+/// queries' rows are d wide, as the database's).
+template <gpuml::Metric metric, class Out, class Offsets>
+void exact_distances_of(Rows queries, Index n_queries, Rows database, Index d, const std::int64_t* indices,
+                        const Offsets& offsets, Out* out) {
   const Index body = d - d % kLanes;
-  double tail = 0, tail_t = 0;
+  gpuml::parallel_chunks(n_queries, 64, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    std::vector<double> wide(static_cast<std::size_t>(d));
+    double* q = wide.data();
+    // Rows are fetched a few pairs ahead, across queries: a pair's arithmetic takes less time than a fetch.
+    constexpr Index kAhead = 8;
+    const Index chunk_first = offsets(begin), chunk_last = offsets(end);
+    for (Index p = chunk_first; p < std::min(chunk_last, chunk_first + kAhead); ++p)
+      prefetch_row(database.row(indices[p]), d);
+    for (Index i = begin; i < end; ++i) {
+      const float* query = queries.row(i);
+      for (Index f = 0; f < d; ++f) q[f] = query[f];
+      double q_squared_norm = 0;
+      if constexpr (metric == gpuml::Metric::cosine) {
+        double s[kLanes], t[kLanes], tail = 0;
+        lane_sums<metric>(q, query, body, s, t);
+        for (Index f = body; f < d; ++f) tail += q[f] * q[f];
+        q_squared_norm = lane_sum(t) + tail;
+      }
+      for (Index p = offsets(i), last = offsets(i + 1); p < last; ++p) {
+        if (p + kAhead < chunk_last) prefetch_row(database.row(indices[p + kAhead]), d);
+        out[p] = static_cast<Out>(exact_distance<metric>(q, database.row(indices[p]), d, body, q_squared_norm));
+      }
+    }
+  });
+}
+
+/// scikit-learn's distances of float32 data from each query to its neighbours (see exact_distances_of): float64
+/// from differences (cosine: their float32 rounding, as scikit-learn computes cosine distances of float32 data in
+/// float32). Each value depends on its pair alone, so the thread count changes nothing.
+template <class Out, class Offsets>
+void exact_distances(gpuml::MatrixView<float> queries, gpuml::MatrixView<float> database, const std::int64_t* indices,
+                     const Offsets& offsets, gpuml::Metric metric, Out* out) {
+  const Rows q = rows_of(queries), x = rows_of(database);
+  const Index n = queries.rows(), d = database.cols();
   switch (metric) {
     case gpuml::Metric::euclidean:
-    case gpuml::Metric::sqeuclidean: {
-      for (Index f = 0; f < body; f += kLanes)
-        for (int j = 0; j < kLanes; ++j) {
-          const double e = double(x[f + j]) - q[f + j];
-          s[j] += e * e;
-        }
-      for (Index f = body; f < d; ++f) {
-        const double e = double(x[f]) - q[f];
-        tail += e * e;
-      }
-      const double squared = lane_sum(s) + tail;
-      return metric == gpuml::Metric::euclidean ? std::sqrt(squared) : squared;
-    }
-    case gpuml::Metric::manhattan: {
-      for (Index f = 0; f < body; f += kLanes)
-        for (int j = 0; j < kLanes; ++j) s[j] += std::fabs(double(x[f + j]) - q[f + j]);
-      for (Index f = body; f < d; ++f) tail += std::fabs(double(x[f]) - q[f]);
-      return lane_sum(s) + tail;
-    }
-    case gpuml::Metric::chebyshev: {
-      double m = 0;
-      for (Index f = 0; f < d; ++f) m = std::max(m, std::fabs(double(x[f]) - q[f]));
-      return m;
-    }
-    case gpuml::Metric::cosine: {
-      for (Index f = 0; f < body; f += kLanes)
-        for (int j = 0; j < kLanes; ++j) {
-          const double v = x[f + j];
-          s[j] += q[f + j] * v;
-          t[j] += v * v;
-        }
-      for (Index f = body; f < d; ++f) {
-        const double v = x[f];
-        tail += q[f] * v;
-        tail_t += v * v;
-      }
-      // scikit-learn: 1 - <q, x> / (|q| |x|), and a zero vector at distance 1 from everything.
-      const double norms = std::sqrt(q_squared_norm) * std::sqrt(lane_sum(t) + tail_t);
-      return norms == 0 ? 1.0 : 1.0 - (lane_sum(s) + tail) / norms;
-    }
+      return exact_distances_of<gpuml::Metric::euclidean>(q, n, x, d, indices, offsets, out);
+    case gpuml::Metric::sqeuclidean:
+      return exact_distances_of<gpuml::Metric::sqeuclidean>(q, n, x, d, indices, offsets, out);
+    case gpuml::Metric::manhattan:
+      return exact_distances_of<gpuml::Metric::manhattan>(q, n, x, d, indices, offsets, out);
+    case gpuml::Metric::chebyshev:
+      return exact_distances_of<gpuml::Metric::chebyshev>(q, n, x, d, indices, offsets, out);
+    case gpuml::Metric::cosine:
+      return exact_distances_of<gpuml::Metric::cosine>(q, n, x, d, indices, offsets, out);
     case gpuml::Metric::inner_product: break;
   }
   throw gpuml::invalid_input("exact distances: no float64 recomputation for metric " +
                              std::string(gpuml::metric_name(metric)));
-}
-
-/// out[p] for the database rows indices[p], p in [offsets(i), offsets(i + 1)), the neighbours of query i: float64
-/// distances from differences (cosine: their float32 rounding, as scikit-learn computes cosine distances of
-/// float32 data in float32). Each value depends on its pair alone, so the thread count changes nothing.
-template <class Out, class Offsets>
-void exact_distances(gpuml::MatrixView<float> queries, gpuml::MatrixView<float> database, const std::int64_t* indices,
-                     const Offsets& offsets, gpuml::Metric metric, Out* out) {
-  const Index d = database.cols();
-  gpuml::parallel_chunks(queries.rows(), 64, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-    std::vector<double> q(static_cast<std::size_t>(d));
-    for (Index i = begin; i < end; ++i) {
-      const float* query = queries.row(i).data();
-      double lanes[kLanes] = {}, tail = 0;
-      for (Index f = 0; f < d; ++f) q[f] = query[f];
-      if (metric == gpuml::Metric::cosine) {
-        const Index body = d - d % kLanes;
-        for (Index f = 0; f < body; f += kLanes)
-          for (int j = 0; j < kLanes; ++j) lanes[j] += q[f + j] * q[f + j];
-        for (Index f = body; f < d; ++f) tail += q[f] * q[f];
-      }
-      const double q_squared_norm = lane_sum(lanes) + tail;
-      const Index first = offsets(i), last = offsets(i + 1);
-      constexpr Index kAhead = 2;
-      for (Index p = first; p < std::min(last, first + kAhead); ++p) prefetch_row(database.row(indices[p]).data(), d);
-      for (Index p = first; p < last; ++p) {
-        if (p + kAhead < last) prefetch_row(database.row(indices[p + kAhead]).data(), d);
-        out[p] = static_cast<Out>(exact_distance(q.data(), database.row(indices[p]).data(), d, metric, q_squared_norm));
-      }
-    }
-  });
 }
 
 template <class S>
@@ -202,8 +302,8 @@ class Neighbors {
     return nb::make_tuple(distances, to_numpy(std::move(r.indices)), warnings);
   }
 
-  /// scikit-learn's distances from each query (None: the database's own rows) to the database rows `indices`
-  /// (n_queries x k) name, as kneighbors returns them for float32 data.
+  /// scikit-learn's distances from each query (None: the database's own rows) to the database rows named by
+  /// `indices` (n_queries x k), as kneighbors returns them for float32 data.
   nb::object distances_to(std::optional<In2<T>> queries, IndexIn indices) const {
     const auto queries_view = queries ? view(*queries) : view(X_);
     if (Index(indices.shape(0)) != queries_view.rows())
@@ -281,45 +381,74 @@ void bind_database(nb::module_& m, const char* suffix) {
 
 // ---- What the estimators do with the neighbours ---------------------------------------------------------------
 
-/// numpy's pairwise summation of value(0), ..., value(n - 1) in Acc: the order of np.sum along a contiguous axis
-/// (numpy's pairwise_sum: below 8 values in turn, up to 128 in eight interleaved partial sums, above that the two
-/// halves, split at a multiple of 8), so sums here equal the ones scikit-learn's numpy code computes.
-template <class Acc, class Value>
-Acc numpy_pairwise_sum(Index n, const Value& value, Index first = 0) {
+/// numpy's pairwise summation of a[0], ..., a[n - 1] in Acc: the order of np.sum along a contiguous axis (numpy's
+/// pairwise_sum: below 8 values in turn, up to 128 in eight interleaved partial sums, above that the two halves,
+/// split at a multiple of 8), so sums here equal the ones scikit-learn's numpy code computes.
+template <class Acc>
+Acc numpy_pairwise_sum(const Acc* a, Index n) {
   if (n < 8) {
     Acc res = 0;
-    for (Index i = 0; i < n; ++i) res += value(first + i);
+    for (Index i = 0; i < n; ++i) res += a[i];
     return res;
   }
   if (n <= 128) {
     Acc r[8];
-    for (int j = 0; j < 8; ++j) r[j] = value(first + j);
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
     Index i = 8;
     for (; i < n - n % 8; i += 8)
-      for (int j = 0; j < 8; ++j) r[j] += value(first + i + j);
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
     Acc res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += value(first + i);
+    for (; i < n; ++i) res += a[i];
     return res;
   }
   Index half = n / 2;
   half -= half % 8;
-  return numpy_pairwise_sum<Acc>(half, value, first) + numpy_pairwise_sum<Acc>(n - half, value, first + half);
+  return numpy_pairwise_sum(a, half) + numpy_pairwise_sum(a + half, n - half);
 }
 
-/// np.sum(row, axis=1) of a C-contiguous 2-D array: the reduction starts from 0 and adds the pairwise sum.
-template <class Acc, class Value>
-Acc numpy_row_sum(Index n, const Value& value) {
-  return Acc(0) + numpy_pairwise_sum<Acc>(n, value);
+/// np.sum(rows, axis=1) of one row of a C-contiguous 2-D array: the reduction starts from 0 and adds the pairwise
+/// sum.
+template <class Acc>
+Acc numpy_row_sum(const Acc* a, Index n) {
+  return Acc(0) + numpy_pairwise_sum(a, n);
 }
 
 template <class W>
 using Weights = nb::ndarray<const W, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
-void check_neighbours(const IndexIn& indices, const LabelsIn& labels, Index n_classes) {
-  if (n_classes < 1) throw gpuml::invalid_input("n_classes must be at least 1");
-  check_indices(indices.data(), indices.size(), Index(labels.shape(0)), "indices");
-  check_indices(labels.data(), labels.size(), n_classes, "labels");
-}
+/// The class indices of the neighbours of query i (k of them), each checked, as it is looked up, to be in range.
+struct NeighbourLabels {
+  const std::int64_t* indices;
+  const std::int64_t* labels;
+  Index n_queries, k, n_samples, n_classes;
+
+  NeighbourLabels(const IndexIn& ind, const LabelsIn& lab, Index classes)
+      : indices(ind.data()), labels(lab.data()), n_queries(Index(ind.shape(0))), k(Index(ind.shape(1))),
+        n_samples(Index(lab.shape(0))), n_classes(classes) {
+    if (n_classes < 1) throw gpuml::invalid_input("n_classes must be at least 1");
+  }
+
+  void of(Index i, std::int64_t* out) const {
+#if defined(__GNUC__) || defined(__clang__)
+    // The next query's labels are fetched meanwhile: they lie scattered over an array the size of the database.
+    if (i + 1 < n_queries)
+      for (Index c = 0; c < k; ++c) {
+        const std::int64_t sample = indices[(i + 1) * k + c];
+        if (sample >= 0 && sample < n_samples) __builtin_prefetch(labels + sample);
+      }
+#endif
+    for (Index c = 0; c < k; ++c) {
+      const std::int64_t sample = indices[i * k + c];
+      if (sample < 0 || sample >= n_samples)
+        throw gpuml::invalid_input("indices hold " + std::to_string(sample) + ", outside [0, " +
+                                   std::to_string(n_samples) + ")");
+      out[c] = labels[sample];
+      if (out[c] < 0 || out[c] >= n_classes)
+        throw gpuml::invalid_input("labels hold " + std::to_string(out[c]) + ", outside [0, " +
+                                   std::to_string(n_classes) + ")");
+    }
+  }
+};
 
 template <class W>
 void check_weights(const IndexIn& indices, const std::optional<Weights<W>>& weights) {
@@ -337,13 +466,15 @@ nb::tuple distance_weights(Weights<W> distances) {
     gpuml::Matrix<W> out(n, k);
     gpuml::parallel_chunks(n, 1024, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
       for (Index i = begin; i < end; ++i) {
+        const W* d = distances.data() + i * k;
+        W* w = out.data() + i * k;
         bool any_infinite = false;
         for (Index c = 0; c < k; ++c) {
-          out(i, c) = W(1) / distances.data()[i * k + c];
-          any_infinite = any_infinite || std::isinf(out(i, c));
+          w[c] = W(1) / d[c];
+          any_infinite = any_infinite || std::isinf(w[c]);
         }
         if (any_infinite)
-          for (Index c = 0; c < k; ++c) out(i, c) = std::isinf(out(i, c)) ? W(1) : W(0);
+          for (Index c = 0; c < k; ++c) w[c] = std::isinf(w[c]) ? W(1) : W(0);
       }
     });
     return out;
@@ -355,7 +486,7 @@ nb::tuple distance_weights(Weights<W> distances) {
 /// order, its weight (1 without weights) added to its class's float64 total.
 template <class W>
 nb::tuple class_votes(IndexIn indices, LabelsIn labels, Index n_classes, std::optional<Weights<W>> weights) {
-  check_neighbours(indices, labels, n_classes);
+  const NeighbourLabels neighbour_labels(indices, labels, n_classes);
   check_weights(indices, weights);
   std::vector<std::string> warnings;
   const Index n = Index(indices.shape(0)), k = Index(indices.shape(1));
@@ -363,40 +494,93 @@ nb::tuple class_votes(IndexIn indices, LabelsIn labels, Index n_classes, std::op
   auto votes = released(warnings, [&] {
     gpuml::Matrix<double> v = gpuml::Matrix<double>::Zero(n, n_classes);
     gpuml::parallel_chunks(n, 1024, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-      for (Index i = begin; i < end; ++i)
-        for (Index c = 0; c < k; ++c)
-          v(i, labels.data()[indices.data()[i * k + c]]) += w ? static_cast<double>(w[i * k + c]) : 1.0;
+      std::vector<std::int64_t> row(static_cast<std::size_t>(k));
+      for (Index i = begin; i < end; ++i) {
+        neighbour_labels.of(i, row.data());
+        double* totals = v.data() + i * n_classes;
+        if (w) {
+          for (Index c = 0; c < k; ++c) totals[row[c]] += static_cast<double>(w[i * k + c]);
+        } else {
+          for (Index c = 0; c < k; ++c) totals[row[c]] += 1.0;
+        }
+      }
     });
     return v;
   });
   return nb::make_tuple(to_numpy(std::move(votes)), warnings);
 }
 
-/// scikit-learn's weighted_mode(labels[indices], weights, axis=1)'s modes: per query, each class's total is
-/// np.sum over the row of weights with the other classes' entries zeroed (numpy's pairwise order); classes are
-/// visited in ascending order and a class wins only with a total above the best so far (which starts at 0 for
-/// class 0 and, as np.maximum, stays NaN once NaN).
+/// For each class m in [0, classes) of the entries a[0..n) (entry i of class of[i]): numpy's pairwise sum of the
+/// row with the other classes' entries zeroed (np.sum of weighted_mode's masked row), into totals[m], in one pass
+/// over the entries. Adding a zero changes no partial sum (at most a zero's sign), so each class's partial sums are
+/// numpy's with its own entries alone: per lane in order, the same tree over the lanes, the same tail, the same
+/// halves.
+void class_pairwise_sums(const double* a, const std::int32_t* of, Index n, Index classes, double* totals,
+                         std::vector<double>& lanes) {
+  std::fill(totals, totals + classes, 0.0);
+  if (n < 8) {
+    for (Index i = 0; i < n; ++i) totals[of[i]] += a[i];
+    return;
+  }
+  if (n <= 128) {
+    lanes.assign(static_cast<std::size_t>(classes * 8), 0.0);
+    const Index body = n - n % 8;
+    for (Index i = 0; i < body; ++i) lanes[of[i] * 8 + i % 8] += a[i];
+    for (Index m = 0; m < classes; ++m) {
+      const double* r = lanes.data() + m * 8;
+      totals[m] = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    }
+    for (Index i = body; i < n; ++i) totals[of[i]] += a[i];
+    return;
+  }
+  Index half = n / 2;
+  half -= half % 8;
+  std::vector<double> second(static_cast<std::size_t>(classes));
+  class_pairwise_sums(a, of, half, classes, totals, lanes);
+  class_pairwise_sums(a + half, of + half, n - half, classes, second.data(), lanes);
+  for (Index m = 0; m < classes; ++m) totals[m] += second[m];
+}
+
+/// scikit-learn's weighted_mode(labels[indices], weights, axis=1)'s modes: per query, each class's total is np.sum
+/// of the row of weights with the other classes' entries zeroed (numpy's pairwise order); classes are visited in
+/// ascending order and a class wins only with a total above the best so far (which starts at 0 for class 0 and,
+/// as np.maximum, stays NaN once NaN). Classes absent from a row total 0 and never win.
 template <class W>
 nb::tuple weighted_modes(IndexIn indices, LabelsIn labels, Index n_classes, Weights<W> weights) {
-  check_neighbours(indices, labels, n_classes);
+  const NeighbourLabels neighbour_labels(indices, labels, n_classes);
   check_weights(indices, std::optional<Weights<W>>(weights));
   std::vector<std::string> warnings;
   const Index n = Index(indices.shape(0)), k = Index(indices.shape(1));
   auto modes = released(warnings, [&] {
     Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> out(n);
-    gpuml::parallel_chunks(n, 256, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    gpuml::parallel_chunks(n, 2048, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
       std::vector<std::int64_t> row(static_cast<std::size_t>(k)), present;
+      std::vector<std::int32_t> local(static_cast<std::size_t>(k));
+      std::vector<std::int32_t> local_of(static_cast<std::size_t>(n_classes), -1);  // a class's place in `present`
+      std::vector<double> values(static_cast<std::size_t>(k)), totals, lanes;
       for (Index i = begin; i < end; ++i) {
-        for (Index c = 0; c < k; ++c) row[c] = labels.data()[indices.data()[i * k + c]];
-        present.assign(row.begin(), row.end());
+        neighbour_labels.of(i, row.data());
+        present.clear();
+        for (Index c = 0; c < k; ++c)
+          if (local_of[row[c]] < 0) {
+            local_of[row[c]] = 0;
+            present.push_back(row[c]);
+          }
         std::sort(present.begin(), present.end());
-        present.erase(std::unique(present.begin(), present.end()), present.end());
+        for (std::size_t m = 0; m < present.size(); ++m) local_of[present[m]] = std::int32_t(m);
         const W* w = weights.data() + i * k;
+        for (Index c = 0; c < k; ++c) {
+          local[c] = local_of[row[c]];
+          values[c] = double(w[c]);
+        }
+        for (const std::int64_t label : present) local_of[label] = -1;
+        totals.resize(present.size());
+        class_pairwise_sums(values.data(), local.data(), k, Index(present.size()), totals.data(), lanes);
         std::int64_t mode = 0;
         double best = 0;
-        for (const std::int64_t label : present) {
-          const double total = numpy_row_sum<double>(k, [&](Index c) { return row[c] == label ? double(w[c]) : 0.0; });
-          if (total > best) mode = label;
+        for (std::size_t m = 0; m < present.size(); ++m) {
+          const double total = 0.0 + totals[m];  // np.sum's reduction starts from 0
+          if (total > best) mode = present[m];
           best = std::isnan(total) || std::isnan(best) ? std::numeric_limits<double>::quiet_NaN() : std::max(total, best);
         }
         out[i] = mode;
@@ -422,32 +606,39 @@ nb::tuple neighbour_means(IndexIn indices, nb::ndarray<const double, nb::ndim<2>
   const std::int64_t* ind = indices.data();
   const double* targets = y.data();
   auto means = released(warnings, [&] {
-    gpuml::Matrix<double> out(n, outputs);
+    gpuml::Matrix<double> means_out(n, outputs);
+    double* out = means_out.data();
     gpuml::parallel_chunks(n, 512, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+      std::vector<double> terms(static_cast<std::size_t>(k));
       for (Index i = begin; i < end; ++i) {
         const std::int64_t* row = ind + i * k;
+#if defined(__GNUC__) || defined(__clang__)
+        // The next query's targets are fetched meanwhile: they lie scattered over an array the size of the database.
+        if (i + 1 < n)
+          for (Index c = 0; c < k; ++c) __builtin_prefetch(targets + row[k + c] * outputs);
+#endif
         if (!weights) {
           for (Index j = 0; j < outputs; ++j) {
-            const auto value = [&](Index c) { return targets[row[c] * outputs + j]; };
-            double sum;
+            double sum = 0;
             if (outputs == 1) {
-              sum = numpy_row_sum<double>(k, value);
+              for (Index c = 0; c < k; ++c) terms[c] = targets[row[c]];
+              sum = numpy_row_sum(terms.data(), k);
             } else {
-              sum = 0;
-              for (Index c = 0; c < k; ++c) sum += value(c);
+              for (Index c = 0; c < k; ++c) sum += targets[row[c] * outputs + j];
             }
-            out(i, j) = sum / double(k);
+            out[i * outputs + j] = sum / double(k);
           }
         } else {
           const W* w = weights->data() + i * k;
-          const W denominator = numpy_row_sum<W>(k, [&](Index c) { return w[c]; });
-          for (Index j = 0; j < outputs; ++j)
-            out(i, j) = numpy_row_sum<double>(k, [&](Index c) { return targets[row[c] * outputs + j] * double(w[c]); }) /
-                        double(denominator);
+          const W denominator = numpy_row_sum(w, k);
+          for (Index j = 0; j < outputs; ++j) {
+            for (Index c = 0; c < k; ++c) terms[c] = targets[row[c] * outputs + j] * double(w[c]);
+            out[i * outputs + j] = numpy_row_sum(terms.data(), k) / double(denominator);
+          }
         }
       }
     });
-    return out;
+    return means_out;
   });
   return nb::make_tuple(to_numpy(std::move(means)), warnings);
 }
