@@ -473,9 +473,11 @@ inline constexpr std::int64_t kPlusPlusBlock = 1024;
 
 /// Up to this many samples, float32 draws follow numpy's float32 cumulative sum exactly: np.cumsum of float32
 /// masses adds them one by one in float32, and its rounding (up to 1e-5 of the total at a million samples) moves a
-/// draw by many samples, so the sum is replayed in that order from every sample's mass each round. Beyond it, where
-/// numpy's float32 sum no longer resolves single samples, the draws use sums in double from the engines' block sums.
-inline constexpr std::int64_t kNumpyFloatCumsumSamples = std::int64_t(1) << 21;
+/// draw by many samples, so the sum is replayed in that order from every sample's mass each round (a download of
+/// every distance and a serial pass on the host). Beyond it the draws use sums in double from the engines' block
+/// sums: there scikit-learn's own draws already hang on its BLAS's float32 rounding of the potential (a few units in
+/// the last place move u * current_pot by u * n * 1e-7 samples), so the replay would buy no agreement for its cost.
+inline constexpr std::int64_t kNumpyFloatCumsumSamples = std::int64_t(1) << 19;
 
 /// Sampling masses in double for `count` samples, each the product numpy forms in T (w_i * closest_i rounded to
 /// T), or the weights alone (closest null).
