@@ -209,10 +209,12 @@ TYPED_TEST(Neighbors, QueryingTheTrainingSetExcludesEachSample) {
       ASSERT_EQ(r.indices.rows(), X.rows());
       ASSERT_EQ(r.indices.cols(), k);
       for (Eigen::Index i = 0; i < X.rows(); ++i) {
-        // sklearn: the k+1 nearest, then the sample itself removed, or the first one when it is absent.
+        // sklearn: the k+1 nearest, then the sample itself removed, or the first one when it is absent (inner
+        // product: the last one, the sample being pushed out by more similar rows).
         auto ref = ref_sorted(X, X, i, m);
         auto self = std::find_if(ref.begin(), ref.begin() + k + 1, [&](const RefEntry& e) { return e.index == i; });
-        ref.erase(self != ref.begin() + k + 1 ? self : ref.begin());
+        const auto absent = m == Metric::inner_product ? ref.begin() + k : ref.begin();
+        ref.erase(self != ref.begin() + k + 1 ? self : absent);
         check_row<T>(ref, r.distances.row(i).data(), r.indices.row(i).data(), k, m, X,
                      b.name + " " + name + " X=None sample " + std::to_string(i));
         if (this->HasFatalFailure()) return;
@@ -397,6 +399,198 @@ TYPED_TEST(Neighbors, CosineOfZeroVectorIsOne) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Neighbours in (returned value, index) order, whatever k. References in exact integer arithmetic: the data hold
+// integers small enough that every value the engines form is exact.
+
+template <class T>
+struct ExactEntry {
+  T value;            // as the estimator returns it
+  long double key;    // ascending: the value, or minus the inner product
+  std::int64_t index;
+};
+
+/// Query i's neighbours among db's rows, exactly: integer sums in int64, the euclidean distance the correctly
+/// rounded square root of the exact squared distance; sorted by (key, index).
+template <class T>
+std::vector<ExactEntry<T>> exact_sorted(const Matrix<T>& db, const Matrix<T>& q, Eigen::Index i, Metric m) {
+  std::vector<ExactEntry<T>> out;
+  for (Eigen::Index j = 0; j < db.rows(); ++j) {
+    std::int64_t acc = 0;
+    for (Eigen::Index f = 0; f < db.cols(); ++f) {
+      const auto a = static_cast<std::int64_t>(q(i, f)), b = static_cast<std::int64_t>(db(j, f));
+      switch (m) {
+        case Metric::euclidean:
+        case Metric::sqeuclidean: acc += (a - b) * (a - b); break;
+        case Metric::manhattan: acc += a > b ? a - b : b - a; break;
+        case Metric::chebyshev: acc = std::max(acc, a > b ? a - b : b - a); break;
+        default: acc += a * b;
+      }
+    }
+    T value = static_cast<T>(acc);
+    if (m == Metric::euclidean) value = std::sqrt(value);
+    const long double key = m == Metric::inner_product ? -static_cast<long double>(value) : static_cast<long double>(value);
+    out.push_back({value, key, j});
+  }
+  std::sort(out.begin(), out.end(), [](const ExactEntry<T>& a, const ExactEntry<T>& b) {
+    return a.key < b.key || (a.key == b.key && a.index < b.index);
+  });
+  return out;
+}
+
+/// Integer-valued random matrix with entries in [lo, hi].
+template <class T>
+Matrix<T> random_integers(Eigen::Index rows, Eigen::Index cols, std::uint64_t salt, int lo, int hi) {
+  std::mt19937_64 rng(gpuml::testing::test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::uniform_int_distribution<int> value(lo, hi);
+  Matrix<T> m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(value(rng));
+  return m;
+}
+
+/// Whether row i of a result is sorted by (value, index): values ascending (inner product descending), equal values
+/// by the lower index.
+template <class T>
+::testing::AssertionResult sorted_by_value_and_index(const gpuml::KnnResult<T>& r, Eigen::Index i, Metric m) {
+  const double sign = m == Metric::inner_product ? -1.0 : 1.0;
+  for (Eigen::Index c = 1; c < r.indices.cols(); ++c) {
+    const double before = sign * double(r.distances(i, c - 1)), after = sign * double(r.distances(i, c));
+    if (before > after || (before == after && r.indices(i, c - 1) > r.indices(i, c)))
+      return ::testing::AssertionFailure() << "row " << i << " columns " << c - 1 << ", " << c << ": (" << r.distances(i, c - 1)
+                                           << ", " << r.indices(i, c - 1) << ") before (" << r.distances(i, c) << ", "
+                                           << r.indices(i, c) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// kneighbors() without X under inner_product: a sample is rarely its own best match, so scikit-learn's duplicate
+// rule (no sample among its own k + 1 results: drop the first column) would drop its most similar row. Each row's
+// neighbours are its k best other rows, ties by the lower index.
+TYPED_TEST(Neighbors, InnerProductWithoutXKeepsTheMostSimilarOtherRows) {
+  using T = TypeParam;
+  Matrix<T> X(4, 2);
+  X << 1, 0, 2, 0, 3, 0, 0, 1;
+  // k = 1: row 0's k + 1 = 2 best are rows 2 and 1 (inner products 3 and 2), without row 0 itself.
+  const std::vector<std::vector<std::int64_t>> want_index{{2, 2, 1, 0}, {2, 1, 2, 0, 1, 0, 0, 1}};
+  const std::vector<std::vector<T>> want_value{{3, 6, 6, 0}, {3, 2, 6, 2, 6, 3, 0, 0}};
+  for (const auto& b : backends())
+    for (int k : {1, 2}) {
+      gpuml::NearestNeighbors<T> nn({k, "inner_product"}, b.backend);
+      nn.fit(X);
+      const auto r = nn.kneighbors();
+      for (Eigen::Index i = 0; i < 4; ++i)
+        for (int c = 0; c < k; ++c) {
+          EXPECT_EQ(r.indices(i, c), want_index[k - 1][i * k + c]) << b.name << " k=" << k << " row " << i;
+          EXPECT_EQ(r.distances(i, c), want_value[k - 1][i * k + c]) << b.name << " k=" << k << " row " << i;
+        }
+    }
+
+  // Random integer rows (every inner product exact), a few duplicated, against each row's k best other rows.
+  Matrix<T> R = random_integers<T>(157, 5, 91, -4, 4);
+  R.row(60) = R.row(3);
+  R.row(101) = R.row(3);
+  R.row(140) = R.row(77);
+  for (const auto& b : backends())
+    for (int k : {1, 4, 13}) {
+      gpuml::NearestNeighbors<T> nn({k, "inner_product"}, b.backend);
+      nn.fit(R);
+      const auto r = nn.kneighbors();
+      EXPECT_EQ(nn.kneighbors_self(k).indices, r.indices);
+      for (Eigen::Index i = 0; i < R.rows(); ++i) {
+        auto ref = exact_sorted<T>(R, R, i, Metric::inner_product);
+        ref.erase(std::find_if(ref.begin(), ref.end(), [&](const ExactEntry<T>& e) { return e.index == i; }));
+        for (int c = 0; c < k; ++c) {
+          ASSERT_EQ(r.indices(i, c), ref[c].index) << b.name << " k=" << k << " row " << i << " column " << c;
+          ASSERT_EQ(r.distances(i, c), ref[c].value) << b.name << " k=" << k << " row " << i << " column " << c;
+        }
+      }
+    }
+}
+
+// Neighbours at the same returned value come back in index order for every k, so the first j columns of a k-search
+// are the j-search. Two integer data sets, every value exact:
+// - a small grid with duplicated rows: many exact ties at every distance;
+// - database rows far from the queries, where distinct squared distances share one rounded square root, so the
+//   euclidean order by (distance, index) differs from the order by (squared distance, index).
+TYPED_TEST(Neighbors, EqualValuesComeInIndexOrderForEveryK) {
+  using T = TypeParam;
+  Matrix<T> grid = random_integers<T>(311, 3, 92, 0, 3);
+  for (Eigen::Index r = 0; r < 40; ++r) grid.row(250 + r) = grid.row(7 * r % 250);
+  const Matrix<T> grid_queries = random_integers<T>(29, 3, 93, 0, 3);
+  // One coordinate far off, L + [0, 8] in the database and [0, 8] - L in the queries, three in [0, 5]: squared
+  // distances about (2L)^2 and dense in the integers, above 2^22 (float) or 2^51 (double), where neighbouring
+  // integers share a square root; every norm-expansion sum stays below 2^24 (2^53).
+  const T far = std::is_same_v<T, float> ? T(2000) : T(44000000);
+  Matrix<T> spread = random_integers<T>(283, 4, 94, 0, 5);
+  spread.col(0) = random_integers<T>(283, 1, 95, 0, 8).array() + far;
+  for (Eigen::Index r = 0; r < 20; ++r) spread.row(260 + r) = spread.row(13 * r);
+  Matrix<T> spread_queries = random_integers<T>(37, 4, 96, 0, 5);
+  spread_queries.col(0) = random_integers<T>(37, 1, 97, 0, 8).array() - far;
+
+  struct Case {
+    const char* name;
+    const Matrix<T>& db;
+    const Matrix<T>& q;
+  };
+  for (const Case& data : {Case{"far", spread, spread_queries}, Case{"grid", grid, grid_queries}})
+    for (const auto& b : backends())
+      for (const char* name : {"euclidean", "sqeuclidean", "manhattan", "chebyshev", "inner_product", "cosine"}) {
+        const Metric m = gpuml::parse_metric(name);
+        const std::string what = std::string(data.name) + " " + b.name + " " + name;
+        gpuml::NearestNeighbors<T> nn({1, name}, b.backend);
+        nn.fit(data.db);
+        gpuml::KnnResult<T> previous;
+        for (int k : {1, 2, 3, 8, 13, 40, 97}) {
+          const auto r = nn.kneighbors(data.q, k);
+          for (Eigen::Index i = 0; i < data.q.rows(); ++i) {
+            ASSERT_TRUE(sorted_by_value_and_index(r, i, m)) << what << " k=" << k;
+            if (m == Metric::cosine) continue;  // not exact: checked against the double reference below
+            const auto ref = exact_sorted<T>(data.db, data.q, i, m);
+            for (int c = 0; c < k; ++c) {
+              ASSERT_EQ(r.indices(i, c), ref[c].index) << what << " k=" << k << " query " << i << " column " << c;
+              ASSERT_EQ(r.distances(i, c), ref[c].value) << what << " k=" << k << " query " << i << " column " << c;
+            }
+          }
+          if (m == Metric::cosine) check_against_reference<T>(r, data.db, data.q, k, m, what);
+          if (previous.indices.size()) {
+            const auto j = previous.indices.cols();
+            ASSERT_TRUE(r.indices.leftCols(j) == previous.indices) << what << ": k=" << k << " against k=" << j;
+            ASSERT_TRUE(r.distances.leftCols(j) == previous.distances) << what << ": k=" << k << " against k=" << j;
+          }
+          previous = r;
+        }
+      }
+}
+
+// Continuous data far from the origin, where the engines' selection values (norm expansions) are off by far more
+// than the gaps between neighbours: each k-search is exactly the first k columns of the search for every row (which
+// selects nothing, so it holds each row's returned value), for the metrics whose values are recomputed.
+TYPED_TEST(Neighbors, SearchesSelectByTheReturnedValues) {
+  using T = TypeParam;
+  const double offset = std::is_same_v<T, float> ? 100.0 : 1e6;
+  const Matrix<T> db = random_matrix<T>(997, 7, 98, offset - 1, offset + 1);
+  const Matrix<T> q = random_matrix<T>(61, 7, 99, offset - 1, offset + 1);
+  for (const auto& b : backends())
+    for (const char* name : {"euclidean", "sqeuclidean", "cosine"}) {
+      const Metric m = gpuml::parse_metric(name);
+      gpuml::NearestNeighbors<T> nn({5, name}, b.backend);
+      nn.fit(db);
+      const auto all = nn.kneighbors(q, static_cast<int>(db.rows()));
+      for (Eigen::Index i = 0; i < q.rows(); ++i) ASSERT_TRUE(sorted_by_value_and_index(all, i, m)) << b.name << " " << name;
+      if (m != Metric::cosine) {
+        const gpuml::KnnResult<T> head{all.distances.leftCols(50), all.indices.leftCols(50)};
+        check_against_reference<T>(head, db, q, 50, m, b.name + " " + name);
+      }
+      for (int k : {1, 2, 5, 17, 64}) {
+        const auto r = nn.kneighbors(q, k);
+        for (Eigen::Index i = 0; i < q.rows(); ++i) {
+          ASSERT_TRUE(r.indices.row(i) == all.indices.row(i).head(k)) << b.name << " " << name << " k=" << k << " query " << i;
+          ASSERT_TRUE(r.distances.row(i) == all.distances.row(i).head(k)) << b.name << " " << name << " k=" << k;
+        }
+      }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -697,32 +891,15 @@ TYPED_TEST(Neighbors, SearchProgressIsReportedAndCancels) {
   }
 }
 
-// Sharded lists against one device's: the engines select by their kernels' values and then recompute the selected
-// ones exactly, and a sharded search merges the shards' exactly recomputed lists, so the two may differ only at the
-// k-th place, where the kernel's and the exact order disagree: there every differing neighbour is within float
-// rounding of the k-th value, and the sharded list is never farther in total.
+// Sharded lists against one device's: every engine returns the first k of its rows by (returned value, index),
+// so the merged shards' lists are one device's, bit for bit.
 template <class T>
-void expect_same_up_to_the_boundary(const gpuml::KnnResult<T>& got, const gpuml::KnnResult<T>& expected, Metric m,
-                                    const std::string& what) {
+void expect_same_lists(const gpuml::KnnResult<T>& got, const gpuml::KnnResult<T>& expected, const std::string& what) {
   ASSERT_EQ(got.indices.rows(), expected.indices.rows());
   ASSERT_EQ(got.indices.cols(), expected.indices.cols());
-  const double sign = gpuml::metric_is_similarity(m) ? -1.0 : 1.0, tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   for (Eigen::Index i = 0; i < got.indices.rows(); ++i) {
-    if (got.indices.row(i) == expected.indices.row(i)) {
-      EXPECT_TRUE(got.distances.row(i) == expected.distances.row(i)) << what << " query " << i;
-      continue;
-    }
-    const double boundary = sign * double(expected.distances(i, expected.distances.cols() - 1));
-    double sum_got = 0, sum_expected = 0;
-    for (Eigen::Index c = 0; c < got.indices.cols(); ++c) {
-      sum_got += sign * double(got.distances(i, c));
-      sum_expected += sign * double(expected.distances(i, c));
-      const bool in_expected = (expected.indices.row(i).array() == got.indices(i, c)).any();
-      if (!in_expected) {
-        EXPECT_NEAR(sign * double(got.distances(i, c)), boundary, tol * (1 + std::abs(boundary))) << what << " query " << i;
-      }
-    }
-    EXPECT_LE(sum_got, sum_expected + tol * (1 + std::abs(sum_expected))) << what << " query " << i;
+    EXPECT_TRUE(got.indices.row(i) == expected.indices.row(i)) << what << " query " << i;
+    EXPECT_TRUE(got.distances.row(i) == expected.distances.row(i)) << what << " query " << i;
   }
 }
 
@@ -763,8 +940,7 @@ TYPED_TEST(Neighbors, DatabaseBeyondTheDeviceMemoryLimitIsStreamedWithTheSameNei
 }
 
 // The database sharded across several logical devices (the device under test opened twice and three times): one
-// device's neighbours and values, up to the k-th place (above), for every metric, with k above a shard's size,
-// and for X=None.
+// device's neighbours and values, for every metric, with k above a shard's size, and for X=None.
 TYPED_TEST(Neighbors, ShardedDatabaseGivesTheOneDeviceNeighbours) {
   using T = TypeParam;
   const Matrix<T> db = random_matrix<T>(1237, 13, 61);
@@ -780,9 +956,8 @@ TYPED_TEST(Neighbors, ShardedDatabaseGivesTheOneDeviceNeighbours) {
           one.fit(db);
           many.fit(db);
           const auto expected = one.kneighbors(q), got = many.kneighbors(q);
-          expect_same_up_to_the_boundary<T>(got, expected, gpuml::parse_metric(name), list + " " + name);
-          if (k == 9) expect_same_up_to_the_boundary<T>(many.kneighbors(), one.kneighbors(), gpuml::parse_metric(name),
-                                                        list + " " + name + " X=None");
+          expect_same_lists<T>(got, expected, list + " " + name);
+          if (k == 9) expect_same_lists<T>(many.kneighbors(), one.kneighbors(), list + " " + name + " X=None");
         }
       }
     }

@@ -72,7 +72,8 @@ double max_abs(MatrixView<T> X) {
 
 /// The search on `backend`. `database_max_abs` (the largest magnitude in the database, kept by fit) decides with
 /// the queries' whether float32 values could overflow: such searches run in float64 on the host, as scikit-learn
-/// computes float32 distances in float64, and return float32 results.
+/// computes float32 distances in float64, and return float32 results in the float64 order (values beyond float32's
+/// range come back as inf, still in the order of the real distances).
 template <class T>
 KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
                      const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1,
@@ -255,7 +256,8 @@ class NearestNeighbors {
   KnnResult<T> kneighbors() const { return kneighbors_self(params_.n_neighbors); }
 
   /// kneighbors(X, n_neighbors): n_neighbors = 0 means params().n_neighbors. Sorted by distance ascending
-  /// (inner product descending for metric "inner_product"); ties go to the lower index.
+  /// (inner product descending for metric "inner_product"); ties of the returned values go to the lower index, so
+  /// the first j columns are kneighbors(X, j).
   KnnResult<T> kneighbors(MatrixView<T> X, int n_neighbors = 0) const {
     require_fitted();
     const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
@@ -271,7 +273,9 @@ class NearestNeighbors {
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
   /// sample's own index; when duplicates push the sample out of its k+1 neighbours, removes the first column (a
-  /// duplicate of the sample at distance zero), as sklearn masks it.
+  /// duplicate of the sample at distance zero), as sklearn masks it. Under metric "inner_product" a sample is
+  /// rarely its own best match, so one missing from its k+1 was pushed out by more similar rows: the last column
+  /// goes instead, leaving the k most similar other rows.
   KnnResult<T> kneighbors_self(int n_neighbors) const {
     require_fitted();
     const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
@@ -282,8 +286,9 @@ class NearestNeighbors {
                           std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
     const KnnResult<T> full = search(X_, k + 1);
     KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k), full.stats};
+    const int absent_skip = metric_ == Metric::inner_product ? k : 0;
     for (Eigen::Index i = 0; i < n; ++i) {
-      int skip = 0;  // the first column (a duplicate of the sample) unless the sample itself is found
+      int skip = absent_skip;  // where the sample itself is not among its k+1
       for (int c = 0; c <= k; ++c)
         if (full.indices(i, c) == i) {
           skip = c;
@@ -344,9 +349,9 @@ class NearestNeighbors {
   }
 
   /// The k nearest database rows of each query: on the backend's one device (or the host), or on every shard at
-  /// once (one thread per device) with the shards' exactly recomputed lists merged by (value, global index). Each
-  /// engine selects by its kernel's values before recomputing, so a sharded list can differ from one device's at
-  /// the k-th place, by a neighbour nearer within float rounding (README). Sharded searches report no progress.
+  /// once (one thread per device) with the shards' lists merged by (returned value, global index). Each engine
+  /// returns the first k of its rows in that order, so the merge is one device's list. Sharded searches report no
+  /// progress.
   KnnResult<T> search(MatrixView<T> queries, int k) const {
     if (shards_.size() <= 1)
       return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);

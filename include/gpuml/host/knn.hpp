@@ -1,13 +1,15 @@
 // Host engine for brute-force k-nearest-neighbour search: blocked Eigen GEMM (or a direct loop for manhattan and
 // chebyshev) followed by a bounded per-query selection. The full n_queries x n_database matrix is never formed.
 //
-// Guarantees:
-// - results are sorted by distance ascending (by inner product descending for Metric::inner_product);
-// - equal values are ordered by the lower database index, and the result does not depend on the thread count;
+// Guarantees (algorithms/knn.hpp's contract):
+// - results are the first k of every database row by (returned value, index): distance ascending (inner product
+//   descending for Metric::inner_product), equal values by the lower index, whatever k, the thread count or the
+//   blocking;
 // - identical database rows get bit-identical values during selection, so a group of duplicates is always cut
 //   at the k-th neighbour in index order;
 // - euclidean, sqeuclidean and cosine values of the selected neighbours are recomputed directly (not from the
-//   norm expansion), so exact duplicates are at distance exactly 0.
+//   norm expansion), so exact duplicates are at distance exactly 0; the selection keeps a few pairs more than
+//   returned, whose values bound what the norm expansion's rounding can have left out (search_exactly).
 #pragma once
 
 #include <gpuml/algorithms/knn.hpp>
@@ -36,10 +38,7 @@ namespace knn_detail {
 using Index = std::int64_t;
 // The result contract (exact recompute, finish) lives in the algorithm layer, shared with the Vulkan engine.
 using algorithms::check_search;
-using algorithms::cosine_exact;
 using algorithms::dot_fixed;
-using algorithms::sqdist_fixed;
-using algorithms::write_neighbours;
 }  // namespace knn_detail
 
 
@@ -172,25 +171,18 @@ struct Avx2 {
 
 constexpr Index round_up(Index x, Index to) { return (x + to - 1) / to * to; }
 
-}  // namespace knn_detail
-
-/// The k nearest database rows of every query row. Ties go to the lower database index. For
-/// Metric::inner_product the k rows with the largest inner product are returned, sorted descending.
+/// The selection: the best k (selection value, index) pairs of every query (algorithms::Candidates, into `out`),
+/// by the norm expansion for the GEMM metrics (inner product negated), by the direct loop for manhattan and
+/// chebyshev; 1 <= k <= database rows.
 template <class T>
-KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
-  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
-  using namespace knn_detail;
+void select_candidates(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric, algorithms::Candidates<T>& out) {
   using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
-  check_search(n, d, queries.cols(), k);
-
-  KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
-  if (m == 0) return result;
+  out.resize(static_cast<std::size_t>(m * k));
+  if (m == 0) return;
 
   const bool use_gemm = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine ||
                         metric == Metric::inner_product;
-  const bool recompute = metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
 
   // Norms. Cosine scans with inverse norms (0 for a zero row: cosine similarity 0, distance 1, as sklearn).
   std::vector<T> dn, qn, dinv, qinv;
@@ -232,15 +224,10 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   const Index blocks_per_slab = (n_dblk + n_slabs - 1) / n_slabs;
   n_slabs = (n_dblk + blocks_per_slab - 1) / blocks_per_slab;
 
-  // Heap storage: the output itself when there is one slab, else one m x k buffer per slab.
-  std::vector<T> slab_val;
-  std::vector<Index> slab_idx;
-  std::vector<int> slab_size;
-  if (n_slabs > 1) {
-    slab_val.resize(static_cast<std::size_t>(n_slabs * m * k));
-    slab_idx.resize(slab_val.size());
-    slab_size.assign(static_cast<std::size_t>(n_slabs * m), 0);
-  }
+  // Heap storage: one m x k buffer per slab.
+  std::vector<T> slab_val(static_cast<std::size_t>(n_slabs * m * k));
+  std::vector<Index> slab_idx(slab_val.size());
+  std::vector<int> slab_size(static_cast<std::size_t>(n_slabs * m), 0);
 
   const T inf = std::numeric_limits<T>::infinity();
   using ArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -261,14 +248,9 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
     for (Index i = q0; i < q1; ++i) {
       auto& h = heaps[i - q0];
       h.cap = k;
-      if (n_slabs == 1) {
-        h.val = result.distances.row(i).data();
-        h.idx = result.indices.row(i).data();
-      } else {
-        const std::size_t off = static_cast<std::size_t>((slab * m + i) * k);
-        h.val = slab_val.data() + off;
-        h.idx = slab_idx.data() + off;
-      }
+      const std::size_t off = static_cast<std::size_t>((slab * m + i) * k);
+      h.val = slab_val.data() + off;
+      h.idx = slab_idx.data() + off;
     }
     auto offer = [&](Index local, T v, Index j) {
       if (v < thr[local] || !heaps[local].full()) {
@@ -384,39 +366,46 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
         }
       }
     }
-    if (n_slabs > 1)
-      for (Index i = q0; i < q1; ++i) slab_size[static_cast<std::size_t>(slab * m + i)] = heaps[i - q0].size;
+    for (Index i = q0; i < q1; ++i) slab_size[static_cast<std::size_t>(slab * m + i)] = heaps[i - q0].size;
   };
   parallel_chunks(n_qchunks * n_slabs, 1, task);
 
-  // Finish each query: merge slabs, recompute exact values, sort by (value, index), convert.
+  // Each query's k best: its heap, or the best of its slabs' heaps.
   parallel_chunks(m, 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     std::vector<std::pair<T, Index>> cand;
     for (Index i = b; i < e; ++i) {
-      cand.clear();
+      auto* kept = out.data() + i * k;
       if (n_slabs == 1) {
-        for (int c = 0; c < k; ++c) cand.emplace_back(result.distances(i, c), result.indices(i, c));
-      } else {
-        for (Index s = 0; s < n_slabs; ++s) {
-          const std::size_t off = static_cast<std::size_t>((s * m + i) * k);
-          const int cnt = slab_size[static_cast<std::size_t>(s * m + i)];
-          for (int c = 0; c < cnt; ++c) cand.emplace_back(slab_val[off + c], slab_idx[off + c]);
-        }
-        std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
-        cand.resize(k);
+        for (int c = 0; c < k; ++c) kept[c] = {slab_val[static_cast<std::size_t>(i * k + c)], slab_idx[static_cast<std::size_t>(i * k + c)]};
+        continue;
       }
-      if (recompute) {
-        const T* q = queries.row(i).data();
-        for (auto& [v, j] : cand) {
-          const T* x = database.row(j).data();
-          v = metric == Metric::cosine ? cosine_exact(q, x, d, qn[i], dn[j]) : sqdist_fixed(q, x, d);
-        }
+      cand.clear();
+      for (Index s = 0; s < n_slabs; ++s) {
+        const std::size_t off = static_cast<std::size_t>((s * m + i) * k);
+        const int cnt = slab_size[static_cast<std::size_t>(s * m + i)];
+        for (int c = 0; c < cnt; ++c) cand.emplace_back(slab_val[off + c], slab_idx[off + c]);
       }
-      std::sort(cand.begin(), cand.end());
-      knn_detail::write_neighbours(result, i, cand, k, metric);
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end());
+      std::copy_n(cand.begin(), k, kept);
     }
   });
-  return result;
+}
+
+}  // namespace knn_detail
+
+/// The k nearest database rows of every query row (algorithms/knn.hpp's contract): sorted by distance, for
+/// Metric::inner_product the k rows with the largest inner product, descending; equal values by the lower index.
+template <class T>
+KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+  knn_detail::check_search(database.rows(), database.cols(), queries.cols(), k);
+  algorithms::Candidates<T> candidates;
+  return algorithms::search_exactly<T>(
+      database, queries, k, metric, database.rows(), candidates,
+      [&](MatrixView<T> batch, knn_detail::Index width, algorithms::Candidates<T>& out) {
+        knn_detail::select_candidates<T>(database, batch, static_cast<int>(width), metric, out);
+      },
+      [&] { return algorithms::knn_boundary::integer_rows_norm<T>(database); });
 }
 
 /// knn_search reporting progress between batches of queries (and stopping with gpuml::cancelled when the callback
@@ -437,6 +426,7 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
     KnnResult<T> part = knn_search<T>(database, queries.middleRows(q0, rows), k, metric);
     result.distances.middleRows(q0, rows) = part.distances;
     result.indices.middleRows(q0, rows) = part.indices;
+    result.stats.boundary_queries += part.stats.boundary_queries;
     if (!on_progress(WorkProgress{std::uint64_t(q0 + rows), std::uint64_t(m)}))
       throw cancelled("the k-NN search was cancelled");
   }

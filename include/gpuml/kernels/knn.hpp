@@ -21,10 +21,13 @@
 // sample's bound for k > 32 on large blocks (knn_detail::bound_sample), and a merge kernel folds the splits' heaps
 // into split 0's, 8 at a time per pass. Either way only n_queries x k pairs come back (copied within the search's
 // submission); those of successive database blocks are merged on the host into one running list per query,
-// which is finished exactly as
-// the host engine (host/knn.hpp) finishes its own: euclidean, sqeuclidean and cosine values recomputed directly in the host
-// engine's fixed order (exact duplicates at distance exactly 0, the cosine zero-vector rule), sorted by
-// (value, index), euclidean = sqrt(max(d2, 0)), inner product negated back to a similarity (descending).
+// which is finished exactly as the host engine (host/knn.hpp) finishes its own (algorithms::search_exactly):
+// euclidean, sqeuclidean and cosine values recomputed directly in the host engine's fixed order (exact duplicates
+// at distance exactly 0, the cosine zero-vector rule), sorted by (returned value, index), inner product negated back
+// to a similarity (descending). For those three metrics the kernels keep a few pairs beyond k per query
+// (algorithms::first_selection_width; lists or heaps chosen as for k, the lists sized for the pairs kept), so that
+// the last value bounds what the selection's rounding can have left out; the rare query it cannot settle is
+// searched again with a wider selection.
 //
 // Selection values are formed by one FMA chain over the features for every (query, row) pair, so identical rows
 // get identical values and ties go to the lower index; the kept set does not depend on the tiling, the splits or
@@ -37,11 +40,11 @@
 // the device's description, the shape, the options and the tile); KnnWorkspace holds the buffers, KnnKernels the
 // kernels; KnnPasses records the passes one job each (heap pass, merge, list pass, gather, read-back), the list
 // pass usable on its own with per-query bounds; knn_search runs the plan's blocks and batches through them
-// (knn_detail::search_block_batch) and finishes the results (knn_detail::merge_running, knn_detail::finish).
+// (knn_detail::search_block_batch, knn_detail::merge_running) and finishes the results (algorithms::search_exactly).
 //
-// Limits: 1 <= k <= Policy::max_k (2048 by default); larger k, float64 on a device without shaderFloat64, a
-// policy the device cannot run or one row larger than a binding throw gpuml::unsupported (the estimators then
-// use the host engine, see detail::run_knn). At most 2^32 - 1 database rows.
+// Limits: 1 <= k <= Policy::max_k (2048 by default; the selection may keep a few more); larger k, float64 on a
+// device without shaderFloat64, a policy the device cannot run or one row larger than a binding throw
+// gpuml::unsupported (the estimators then use the host engine, see detail::run_knn). At most 2^32 - 1 database rows.
 #pragma once
 
 #include <gpuml/core/error.hpp>
@@ -258,15 +261,19 @@ inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
 /// a power of two, where knn_gather.comp can sort that many in shared memory.
+/// `kept`: the pairs the search keeps per query; `k`: those it returns (at most kept), which decides whether lists
+/// are used, so that the few pairs a search keeps beyond its k (algorithms::first_selection_width) never turn the
+/// usual k of 64 or 128 from lists to heaps.
 /// `candidates`: how many more pairs than pass the bound the list pass appends (knn_filter_coop.comp's candidates
 /// are up to about twice as many as the pairs under the bound); the lists then get up to that many times more slots.
 template <class T>
-std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t fraction,
+std::uint64_t append_slots(const vulkan::DeviceInfo& info, std::uint64_t k, std::uint64_t kept, std::uint64_t fraction,
                            std::uint64_t candidates = 1) {
   std::uint64_t fits = 1;
   while (2 * fits * (sizeof(T) + 4) + 64 <= info.max_shared_memory) fits *= 2;
-  // k + 4: at small k the bound (the sample's k-th best) is a noisy quantile, and lists of 2 F k slots overflowed.
-  const std::uint64_t expected = fraction * (k + 4);
+  // kept + 4: at small k the bound (the sample's kept-th best) is a noisy quantile, and lists of 2 F k slots
+  // overflowed.
+  const std::uint64_t expected = fraction * (kept + 4);
   std::uint64_t want = 1;
   while (want < 2 * fraction * k) want *= 2;
   const std::uint64_t most = std::min<std::uint64_t>(fits, 4096);
@@ -362,12 +369,14 @@ struct KnnSearchPlan {
 };
 
 /// The plan of a search of m > 0 queries against n database rows of d features, in blocks of `block_rows` rows,
-/// for k neighbours under `metric`, on a device described by `info` (its largest buffer: `max_buffer_bytes`), with
-/// `tile` and `options`; `lists_allowed`: whether the tile policy allows candidate lists. A pure function.
+/// keeping the k best pairs per query under `metric`, on a device described by `info` (its largest buffer:
+/// `max_buffer_bytes`), with `tile` and `options`; `lists_allowed`: whether the tile policy allows candidate lists.
+/// `returned_k` (at most k): the neighbours the search returns, which decides whether it uses candidate lists
+/// (append_slots). A pure function.
 template <class T>
 KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buffer_bytes, const KnnTileParams& tile,
                           bool lists_allowed, std::uint64_t block_rows, std::uint64_t n, std::uint64_t m, std::uint64_t d,
-                          std::uint64_t k, Metric metric, const KnnSearchOptions& options) {
+                          std::uint64_t k, std::uint64_t returned_k, Metric metric, const KnnSearchOptions& options) {
   const std::uint64_t s = sizeof(T);
   KnnSearchPlan p;
   p.tile = tile;
@@ -387,7 +396,7 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   if (!options.candidate_lists) lists_allowed = false;
   p.fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
-  std::uint64_t slots = lists_allowed ? append_slots<T>(info, k, p.fraction, coop_lists ? 2 : 1) : 0;
+  std::uint64_t slots = lists_allowed ? append_slots<T>(info, returned_k, k, p.fraction, coop_lists ? 2 : 1) : 0;
   if (slots) {
     const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
     // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more; at most a quarter of a
@@ -530,6 +539,12 @@ class KnnDatabase {
   /// The blocks as float16 rows (knn_filter_coop.comp), made by the first search that uses them (under the
   /// workspace's lock).
   std::vector<KnnHalfRows>& half_blocks() const noexcept { return half_blocks_; }
+  /// Whether X holds only integers, with its largest squared row norm (algorithms::knn_boundary::integer_rows_norm),
+  /// found by the first search that needs it (under the workspace's lock) from X, its database.
+  std::optional<double> integer_rows_norm(MatrixView<T> X) const {
+    if (!integer_rows_norm_) integer_rows_norm_ = algorithms::knn_boundary::integer_rows_norm<T>(X);
+    return *integer_rows_norm_;
+  }
 
  private:
   vulkan::Device* device_;
@@ -537,6 +552,7 @@ class KnnDatabase {
   std::vector<Block> blocks_;
   std::unique_ptr<KnnWorkspace<T>> workspace_ = std::make_unique<KnnWorkspace<T>>();
   mutable std::vector<KnnHalfRows> half_blocks_;
+  mutable std::optional<std::optional<double>> integer_rows_norm_;
 };
 
 /// What a knn_search did (its `stats` argument, and its result's `stats`).
@@ -886,11 +902,6 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   return from_lists;
 }
 
-/// Whether the finish recomputes the values of `metric` (and then sorts).
-inline bool finish_recomputes(Metric metric) {
-  return metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
-}
-
 /// Merges a batch's k best per query (vals, idx: queries x k; sentinels skipped) into the running lists of queries
 /// [q0, q0 + queries) (best: k (value, index) pairs per query, the first best_count[q] in use), cut to the k best.
 /// Sorted where `sort_now`; otherwise (the first block, where the finish sorts anyway) kept unsorted.
@@ -914,43 +925,72 @@ void merge_running(std::vector<std::pair<T, std::int64_t>>& best, std::vector<in
   });
 }
 
-/// Finishes the running lists into `result` as the host engine does: exact values for the metrics it recomputes,
-/// sorted, converted. Throws gpuml::error where a query has fewer than k neighbours.
+/// The selection of a search on the device: the best k (selection value, index) pairs of every query
+/// (algorithms::Candidates) into `best`, through the plan's blocks and batches. `tile`: the select kernel's;
+/// `returned_k`: the neighbours the search returns (plan_search); `ws`: the search's workspace, locked.
 template <class T>
-void finish(algorithms::KnnResult<T>& result, const std::vector<std::pair<T, std::int64_t>>& best,
-            const std::vector<int>& best_count, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric) {
-  using Cand = std::pair<T, std::int64_t>;
+void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, std::uint64_t returned_k,
+                      Metric metric, const KnnDatabase<T>* resident, const KnnTileParams& tile, bool lists_allowed,
+                      const KnnSearchOptions& options, KnnWorkspace<T>& ws, std::vector<std::pair<T, std::int64_t>>& best,
+                      KnnSearchStats& st) {
+  const std::int64_t n = database.rows(), d = database.cols(), m = queries.rows();
+  // The plan.
+  const std::uint64_t nb_max = resident ? resident->blocks().front().rows : database_block_rows<T>(device, n, d);
+  const KnnSearchPlan plan = plan_search<T>(device.info(), device.max_buffer_bytes(), tile, lists_allowed, nb_max, n, m,
+                                            d, k, returned_k, metric, options);
+
+  // The workspace and the kernels.
+  ws.prepare(device, plan);
+  const KnnKernels kernels = KnnKernels::for_plan<T>(device, plan, metric);
+
+  // Running k best per query, merged from every database block; (value, index) ordered.
+  auto& best_count = ws.best_count;
+  best.resize(static_cast<std::size_t>(m) * k);
+  best_count.assign(static_cast<std::size_t>(m), 0);
+
+  st.database_blocks = plan.blocks;
+  st.streamed = resident == nullptr;
+
+  // The blocks and batches, through the passes.
+  vulkan::Commands cmds(device, 2);
+  KnnPasses<T> passes(device, cmds, kernels, ws, st, plan.pass_shape());
+  if (plan.coop && resident) resident->half_blocks().resize(plan.blocks);
+  for (std::uint64_t blk = 0; blk < plan.blocks; ++blk) {
+    const std::uint64_t b0 = blk * nb_max;
+    typename KnnDatabase<T>::Block streamed;
+    if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
+    const auto& block = resident ? resident->blocks()[blk] : streamed;
+    KnnHalfRows streamed_half;
+    KnnHalfRows* xhalf = plan.coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
+    if (xhalf) make_half_block<T>(device, *kernels.half, database, block, *xhalf);
+    const KnnBoundSample sample = plan.sample(block.rows);
+    for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += plan.batch_queries) {
+      const std::uint64_t mb = std::min<std::uint64_t>(plan.batch_queries, m - q0);
+      passes.begin(plan.cpu);
+      if (plan.batches > 1 || blk == 0) passes.load_queries(queries, q0, mb);
+      passes.start_clock();
+      passes.set_block(block, xhalf, mb);
+      const bool from_lists = search_block_batch<T>(device, passes, ws, plan, sample, block.rows, st);
+      const auto [vals, idx] = from_lists ? passes.results(ws.out_v, ws.out_i) : passes.results(ws.heap_v, ws.heap_i);
+      // The first block's pairs are all kept unsorted: the finish sorts them anyway.
+      merge_running<T>(best, best_count, vals, idx, q0, mb, k, blk > 0);
+      if (options.on_progress &&
+          !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, plan.blocks * std::uint64_t(m)}))
+        throw cancelled("the k-NN search was cancelled");
+    }
+  }
   for (int c : best_count)
     if (c != k) throw error("knn_search: the device returned fewer than k neighbours for a query");
-  const bool recompute = finish_recomputes(metric);
-  const std::int64_t d = database.cols();
-  parallel_chunks(queries.rows(), 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    std::vector<Cand> cand;
-    for (std::int64_t i = b; i < e; ++i) {
-      const std::size_t q = static_cast<std::size_t>(i);
-      cand.assign(best.begin() + q * k, best.begin() + (q + 1) * k);
-      if (recompute) {
-        const T* qr = queries.row(i).data();
-        const T qsq = metric == Metric::cosine ? algorithms::dot_fixed(qr, qr, d) : T(0);
-        for (auto& [v, j] : cand) {
-          const T* x = database.row(j).data();
-          v = metric == Metric::cosine ? algorithms::cosine_exact(qr, x, d, qsq, algorithms::dot_fixed(x, x, d))
-                                       : algorithms::sqdist_fixed(qr, x, d);
-        }
-        std::sort(cand.begin(), cand.end());
-      }
-      algorithms::write_neighbours(result, i, cand, k, metric);
-    }
-  });
 }
 
 }  // namespace knn_detail
 
 /// The k nearest database rows of every query row, computed on `device`; the same contract as host::knn_search
-/// (sorted ascending, inner product descending, ties to the lower index, exact values for the selected rows).
-/// `resident`, when given, is `database` already on this device; otherwise the database is uploaded block by
-/// block for this search. `options`: the search's switches (default: the process's Config); `stats`, when given,
-/// receives what the search did.
+/// (algorithms/knn.hpp: the first k of every row by (returned value, index), inner product descending, exact values
+/// for the selected rows; the same result bit for bit where the engines' returned values agree, as they do for the
+/// metrics they recompute). `resident`, when given, is `database` already on this device; otherwise the database is
+/// uploaded block by block for this search. `options`: the search's switches (default: the process's Config);
+/// `stats`, when given, receives what the search did.
 template <class T, class Policy = default_knn_policy<T>>
 algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
                                     const KnnDatabase<T>* resident = nullptr,
@@ -972,67 +1012,40 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
     throw error("knn_search: the resident database does not match the database given");
 
-  algorithms::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   KnnSearchStats local_stats;
   KnnSearchStats& st = stats ? *stats : local_stats;
   st = KnnSearchStats{.device_ms = 0};
   if (m == 0) {
+    algorithms::KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
     result.stats = st;
     return result;
   }
-
-  // The plan.
-  const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
   bool lists_allowed = true;
   if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
-  const knn_detail::KnnSearchPlan plan =
-      knn_detail::plan_search<T>(device.info(), device.max_buffer_bytes(), tile, lists_allowed, nb_max, n, m, d, k, metric, options);
 
-  // The workspace and the kernels.
   KnnWorkspace<T> scratch;
   KnnWorkspace<T>& ws = resident ? resident->workspace() : scratch;
   std::lock_guard ws_lock(ws.mutex);
-  ws.prepare(device, plan);
-  const KnnKernels kernels = KnnKernels::for_plan<T>(device, plan, metric);
-
-  // Running k best per query, merged from every database block; (value, index) ordered.
-  auto& best = ws.best;
-  auto& best_count = ws.best_count;
-  best.resize(static_cast<std::size_t>(m) * k);
-  best_count.assign(static_cast<std::size_t>(m), 0);
-
-  st.database_blocks = plan.blocks;
-  st.streamed = resident == nullptr;
-
-  // The blocks and batches, through the passes.
-  vulkan::Commands cmds(device, 2);
-  KnnPasses<T> passes(device, cmds, kernels, ws, st, plan.pass_shape());
-  if (plan.coop && resident) resident->half_blocks().resize(plan.blocks);
-  for (std::uint64_t blk = 0; blk < plan.blocks; ++blk) {
-    const std::uint64_t b0 = blk * nb_max;
-    typename KnnDatabase<T>::Block streamed;
-    if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
-    const auto& block = resident ? resident->blocks()[blk] : streamed;
-    KnnHalfRows streamed_half;
-    KnnHalfRows* xhalf = plan.coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
-    if (xhalf) knn_detail::make_half_block<T>(device, *kernels.half, database, block, *xhalf);
-    const knn_detail::KnnBoundSample sample = plan.sample(block.rows);
-    for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += plan.batch_queries) {
-      const std::uint64_t mb = std::min<std::uint64_t>(plan.batch_queries, m - q0);
-      passes.begin(plan.cpu);
-      if (plan.batches > 1 || blk == 0) passes.load_queries(queries, q0, mb);
-      passes.start_clock();
-      passes.set_block(block, xhalf, mb);
-      const bool from_lists = knn_detail::search_block_batch<T>(device, passes, ws, plan, sample, block.rows, st);
-      const auto [vals, idx] = from_lists ? passes.results(ws.out_v, ws.out_i) : passes.results(ws.heap_v, ws.heap_i);
-      // The first block's pairs are all kept, unsorted where the finish sorts them anyway.
-      knn_detail::merge_running<T>(best, best_count, vals, idx, q0, mb, k, blk > 0 || !knn_detail::finish_recomputes(metric));
-      if (options.on_progress &&
-          !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, plan.blocks * std::uint64_t(m)}))
-        throw cancelled("the k-NN search was cancelled");
-    }
-  }
-  knn_detail::finish<T>(result, best, best_count, database, queries, k, metric);
+  // Selections wider than the kernel's k (a query with thousands of ties at its k-th value) are scanned on the host.
+  bool first = true;
+  algorithms::KnnResult<T> result = algorithms::search_exactly<T>(
+      database, queries, k, metric, static_cast<Index>(Policy::max_k) + 1, ws.best,
+      [&](MatrixView<T> batch, Index width, algorithms::Candidates<T>& out) {
+        // The first selection gives the search's statistics and progress; a wider one for a few queries adds its
+        // device time.
+        KnnSearchStats wider{.device_ms = 0};
+        KnnSearchOptions round = options;
+        if (!first) round.on_progress = nullptr;
+        const std::uint64_t returned_k = first ? std::uint64_t(k) : std::uint64_t(width);
+        knn_detail::select_on_device<T>(device, database, batch, static_cast<int>(width), returned_k, metric, resident, tile,
+                                        lists_allowed, round, ws, out, first ? st : wider);
+        if (!first) add_device_ms(st.device_ms, wider.device_ms);
+        first = false;
+      },
+      [&] {
+        return resident ? resident->integer_rows_norm(database) : algorithms::knn_boundary::integer_rows_norm<T>(database);
+      });
+  st.boundary_queries = result.stats.boundary_queries;
   result.stats = st;
   return result;
 }
