@@ -2,7 +2,9 @@
 // the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is algorithms::plus_plus_loop,
 // shared with the host engine. Samples are split in chunks that each fit one binding, as LloydEngine does. Per
 // round the host downloads one mass sum (w * closest) per block of 1024 samples, prefix-sums them in double, and
-// then only the distances of the blocks its draws land in; the candidates' potentials come back as one partial per
+// then only the distances of the blocks its draws land in; float32 data of at most
+// algorithms::kNumpyFloatCumsumSamples samples instead downloads every distance in one copy (prefetch_all), as the
+// replay of numpy's float32 cumulative sum reads every mass. The candidates' potentials come back as one partial per
 // workgroup, added in double in a fixed order.
 //
 // Against the host engine: the device sums block masses and per-workgroup potentials in T, where the host sums

@@ -428,6 +428,7 @@ class RankRows {
     comm_.sum(v);
     return Eigen::Map<const Eigen::RowVectorXd>(v.data(), local.size());
   }
+  /// Also keeps the weights' sum over all ranks: k-means++'s first draw normalises by it (WeightMasses).
   algorithms::WeightSummary weight_summary(VectorView<T> w) {
     algorithms::WeightSummary local;
     comm_.guarded([&] { local = algorithms::check_sample_weight(w); });
