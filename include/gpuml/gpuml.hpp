@@ -11,6 +11,7 @@
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/warnings.hpp>
+#include <gpuml/estimators/dbscan.hpp>
 #include <gpuml/estimators/kmeans.hpp>
 #include <gpuml/estimators/neighbors.hpp>
 #include <gpuml/io/io.hpp>

@@ -1,0 +1,218 @@
+// DBSCAN with scikit-learn's semantics (sklearn.cluster.DBSCAN, algorithm="brute"): the neighbourhoods from an
+// engine (the host's radius scan, or NearestNeighbors on a Vulkan backend), then the algorithm layer's core samples
+// and components (algorithms/dbscan.hpp), so labels and core samples are scikit-learn's on every backend.
+#pragma once
+
+#include <gpuml/algorithms/dbscan.hpp>
+#include <gpuml/core/backend.hpp>
+#include <gpuml/core/checks.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/iteration.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/metric.hpp>
+#include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/host/dbscan.hpp>
+#include <gpuml/host/radius.hpp>
+#include <gpuml/select.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gpuml {
+
+struct DBSCANParams {
+  double eps = 0.5;         ///< neighbourhood radius, > 0 (a sample at distance exactly eps is a neighbour)
+  int min_samples = 5;      ///< weighted neighbourhood size (the sample itself included) that makes a core sample
+  std::string metric = "euclidean";  ///< parse_metric's names but inner_product, or "minkowski" with p
+  /// The Minkowski power when metric is "minkowski": 1 (manhattan), 2 (euclidean) or infinity (chebyshev).
+  double p = 2;
+  /// Called after each stage of the fit (neighbourhoods, core samples, components: done of 3); return false to
+  /// stop the fit, which throws gpuml::cancelled and leaves the estimator as it was.
+  ProgressCallback on_progress;
+
+  DBSCANParams& set_eps(double v) { eps = v; return *this; }
+  DBSCANParams& set_min_samples(int v) { min_samples = v; return *this; }
+  DBSCANParams& set_metric(std::string v) { metric = std::move(v); return *this; }
+  DBSCANParams& set_p(double v) { p = v; return *this; }
+  DBSCANParams& set_on_progress(ProgressCallback v) { on_progress = std::move(v); return *this; }
+};
+
+namespace detail {
+
+/// The metric DBSCAN's parameters name; a distance metric (inner_product is a similarity) and, for "minkowski",
+/// p of 1, 2 or infinity.
+inline Metric dbscan_metric(const DBSCANParams& p) {
+  if (p.metric == "minkowski") {
+    if (p.p == 1) return Metric::manhattan;
+    if (p.p == 2) return Metric::euclidean;
+    if (std::isinf(p.p) && p.p > 0) return Metric::chebyshev;
+    throw invalid_input("DBSCAN: metric 'minkowski' is supported with p = 1, 2 or inf, got p = " + std::to_string(p.p));
+  }
+  const Metric m = parse_metric(p.metric);
+  if (m == Metric::inner_product)
+    throw invalid_input("DBSCAN: metric 'inner_product' is a similarity, not a distance; valid metrics are euclidean, "
+                        "sqeuclidean, manhattan, cosine, chebyshev and minkowski (p = 1, 2 or inf)");
+  return m;
+}
+
+/// DBSCAN's engine on a Vulkan backend: the neighbourhoods of NearestNeighbors fitted on X (radius_neighbors_self,
+/// which leaves each sample out, with the sample put back in index order where its distance to itself is within
+/// eps, as the host engine decides).
+template <class T>
+class NeighborsDbscanEngine {
+ public:
+  NeighborsDbscanEngine(const Backend& backend, MatrixView<T> X, Metric metric)
+      : X_(X), metric_(metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
+    nn_.fit(X);
+  }
+
+  algorithms::RadiusResult<T> neighbourhoods(double eps) {
+    const algorithms::RadiusResult<T> others = nn_.radius_neighbors_self(eps, false);
+    const std::int64_t n = X_.rows(), d = X_.cols();
+    const T r = eps > double(std::numeric_limits<T>::max()) ? std::numeric_limits<T>::infinity() : T(eps);
+    algorithms::RadiusResult<T> out;
+    out.offsets.reserve(std::size_t(n) + 1);
+    out.indices.reserve(others.indices.size() + std::size_t(n));
+    out.offsets.push_back(0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* row = X_.row(i).data();
+      const T norm = metric_ == Metric::cosine ? algorithms::dot_fixed(row, row, d) : T(0);
+      bool self = host::radius_distance(row, row, d, metric_, norm, norm) <= r;
+      for (std::int64_t p = others.offsets[std::size_t(i)]; p < others.offsets[std::size_t(i) + 1]; ++p) {
+        const std::int64_t j = others.indices[std::size_t(p)];
+        if (self && j > i) {
+          out.indices.push_back(i);
+          self = false;
+        }
+        out.indices.push_back(j);
+      }
+      if (self) out.indices.push_back(i);
+      out.offsets.push_back(std::int64_t(out.indices.size()));
+    }
+    return out;
+  }
+
+ private:
+  MatrixView<T> X_;
+  Metric metric_;
+  NearestNeighbors<T> nn_;
+};
+
+}  // namespace detail
+
+/// sklearn.cluster.DBSCAN (brute force): clusters of samples that have at least min_samples (weighted) neighbours
+/// within eps, and the samples within eps of them; the rest noise (-1).
+template <class T>
+class DBSCAN {
+  static_assert(is_supported_scalar<T>, "DBSCAN supports float and double");
+
+ public:
+  using IndexVector = Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1>;
+
+  explicit DBSCAN(DBSCANParams params = {}, Backend backend = default_backend())
+      : params_(std::move(params)), backend_(std::move(backend)) {}
+
+  /// Clusters X; sample_weight empty means unit weights (negative weights are allowed: scikit-learn lets one keep a
+  /// neighbour from being core). Validates everything first; a failed or cancelled fit leaves an earlier one
+  /// untouched.
+  DBSCAN& fit(MatrixView<T> X, VectorView<T> sample_weight = Vector<T>()) {
+    const Metric metric = detail::dbscan_metric(params_);
+    algorithms::check_dbscan(params_.eps, params_.min_samples);
+    checks::data(X, "X");
+    const bool weighted = sample_weight.size() != 0;
+    if (weighted) {
+      checks::same_length(X.rows(), sample_weight.size(), "sample_weight");
+      checks::finite(sample_weight, "sample_weight");
+    }
+    const T* w = weighted ? sample_weight.data() : nullptr;
+    const std::int64_t n = X.rows();
+    algorithms::DbscanResult r;
+    bool widened = false;
+    if constexpr (std::is_same_v<T, float>) {
+      // float32 data whose distances could overflow are decided in float64, as the neighbour search decides them.
+      if (detail::values_may_overflow<T>(detail::max_abs<T>(X), X.cols(), metric)) {
+        const Matrix<double> wide = X.template cast<double>();
+        host::DbscanEngine<double> engine(wide, metric);
+        r = algorithms::dbscan<double>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+        widened = true;
+      }
+    }
+    if (!widened) {
+      r = run_on<T>(
+          backend_, "DBSCAN",
+          [&] {
+            detail::NeighborsDbscanEngine<T> engine(backend_, X, metric);
+            return algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+          },
+          [&] {
+            host::DbscanEngine<T> engine(X, metric);
+            return algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+          });
+    }
+    Labels labels(n);
+    for (std::int64_t i = 0; i < n; ++i) labels[i] = static_cast<std::int32_t>(r.labels[std::size_t(i)]);
+    IndexVector core(static_cast<Eigen::Index>(r.core_sample_indices.size()));
+    Matrix<T> components(core.size(), X.cols());
+    for (Eigen::Index c = 0; c < core.size(); ++c) {
+      core[c] = r.core_sample_indices[std::size_t(c)];
+      components.row(c) = X.row(core[c]);
+    }
+    labels_ = std::move(labels);
+    core_ = std::move(core);
+    components_ = std::move(components);
+    n_clusters_ = r.n_clusters;
+    n_features_ = X.cols();
+    fitted_ = true;
+    return *this;
+  }
+
+  Labels fit_predict(MatrixView<T> X, VectorView<T> sample_weight = Vector<T>()) { return fit(X, sample_weight).labels_; }
+
+  /// Each sample's cluster (0, 1, ... numbered by their smallest core sample) or -1 for noise.
+  const Labels& labels() const {
+    require_fitted();
+    return labels_;
+  }
+  /// The core samples' indices, increasing.
+  const IndexVector& core_sample_indices() const {
+    require_fitted();
+    return core_;
+  }
+  /// The core samples' rows of X (core_sample_indices().size() x n_features).
+  const Matrix<T>& components() const {
+    require_fitted();
+    return components_;
+  }
+  std::int64_t n_clusters() const {
+    require_fitted();
+    return n_clusters_;
+  }
+  Eigen::Index n_features_in() const {
+    require_fitted();
+    return n_features_;
+  }
+  bool fitted() const noexcept { return fitted_; }
+  const DBSCANParams& params() const noexcept { return params_; }
+  const Backend& backend() const noexcept { return backend_; }
+
+ private:
+  void require_fitted() const {
+    if (!fitted_) throw not_fitted("This DBSCAN instance is not fitted yet; call fit() first");
+  }
+
+  DBSCANParams params_;
+  Backend backend_;
+  Labels labels_;
+  IndexVector core_;
+  Matrix<T> components_;
+  std::int64_t n_clusters_ = 0;
+  Eigen::Index n_features_ = 0;
+  bool fitted_ = false;
+};
+
+}  // namespace gpuml
