@@ -9,7 +9,12 @@ int main() {
   Y << 0, 0, 1, 1;
   const auto D = gpuml::pairwise_sq_distances<float>(X, Y);
   // Expected: [[0, 2], [1, 1], [4, 2]]
-  const bool ok = D(0, 0) == 0 && D(0, 1) == 2 && D(1, 0) == 1 && D(1, 1) == 1 && D(2, 0) == 4 && D(2, 1) == 2;
+  bool ok = D(0, 0) == 0 && D(0, 1) == 2 && D(1, 0) == 1 && D(1, 1) == 1 && D(2, 0) == 4 && D(2, 1) == 2;
+  // DBSCAN: samples 0 and 1 are 1 apart, sample 2 is 2 from sample 0; eps 1, min_samples 2.
+  // Expected labels: [0, 0, -1], core samples [0, 1].
+  gpuml::DBSCAN<float> dbscan(gpuml::DBSCANParams{}.set_eps(1.0).set_min_samples(2));
+  const gpuml::Labels labels = dbscan.fit_predict(X);
+  ok = ok && labels[0] == 0 && labels[1] == 0 && labels[2] == -1 && dbscan.core_sample_indices().size() == 2;
   std::printf("consumer on %s: %s\n", gpuml::describe(gpuml::default_backend()).c_str(), ok ? "OK" : "WRONG");
   return ok ? 0 : 1;
 }
