@@ -1,9 +1,10 @@
 // gpuml._gpuml: the compute behind the Python estimators (see common.hpp). This file: k-means and the module;
-// neighbors.cpp: the nearest-neighbour database.
+// neighbors.cpp: the nearest-neighbour database; dbscan.cpp: DBSCAN.
 #include "common.hpp"
 
 namespace gpuml_python {
 void bind_neighbors(nb::module_& m);
+void bind_dbscan(nb::module_& m);
 }
 
 using namespace gpuml_python;
@@ -131,6 +132,7 @@ NB_MODULE(_gpuml, m) {
   bind_scalar<float>(m, "float32");
   bind_scalar<double>(m, "float64");
   bind_neighbors(m);
+  bind_dbscan(m);
 
   m.def("devices", [] {
     std::vector<nb::dict> out;
