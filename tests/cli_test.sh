@@ -25,7 +25,8 @@ expect() {
 K="$bin/gpuml-kmeans"
 N="$bin/gpuml-knn"
 D="$bin/gpuml-devices"
-for p in "$K" "$N" "$D"; do
+S="$bin/gpuml-dbscan"
+for p in "$K" "$N" "$D" "$S"; do
   expect 0 "0." "$p" --version
   expect 0 "Usage" "$p" --help
 done
@@ -105,6 +106,23 @@ fi
 "$K" --input iris.csv --delimiter ';' --columns 0,1 --n-clusters 2 --init first --labels-out /dev/stdout 2>err.txt \
   | cat > device.txt || fail "labels to /dev/stdout: $(cat err.txt)"
 grep -xE '[0-9]+' device.txt | cmp -s stdout.txt - || fail "labels to /dev/stdout (a pipe) are not those of --labels-out -: $(cat device.txt)"
+
+# gpuml-dbscan: usage errors, a small fit whose labels go to stdout, the JSON summary, and its progress bar.
+expect 2 "--eps: must be > 0" "$S" --eps 0
+expect 2 "--min-samples: must be >= 1" "$S" --min-samples 0
+expect 2 "--metric: DBSCAN: metric 'minkowski' is supported with p = 1, 2 or inf" "$S" --metric minkowski --p 3
+expect 2 "--metric: unknown metric 'nosuch'" "$S" --metric nosuch
+expect 1 "file not found" "$S" --input missing.npy
+# iris.csv's two columns: samples 0 and 3 are 0.54 apart, every other pair more than 0.6 (1 and 2: 0.71), so eps 0.6
+# and min_samples 2 make one cluster {0, 3} and leave 1 and 2 noise.
+"$S" --input iris.csv --delimiter ';' --columns 0,1 --eps 0.6 --min-samples 2 --labels-out - > dbscan.txt 2>err.txt \
+  || fail "dbscan: $(cat err.txt)"
+[ "$(tr '\n' ' ' < dbscan.txt)" = "0 -1 -1 0 " ] || fail "dbscan labels on stdout: $(cat dbscan.txt)"
+"$S" --n-samples 3000 --json > dbscan.json 2>err.txt || fail "dbscan --json: $(cat err.txt)"
+grep -q '"n_clusters":8' dbscan.json && grep -q '"n_noise":' dbscan.json && grep -q '"n_core":' dbscan.json \
+  || fail "dbscan --json: $(cat dbscan.json)"
+"$S" --n-samples 3000 --progress >out.txt 2>err.txt || fail "dbscan progress run"
+grep -q "3/3 clusters" err.txt || fail "no DBSCAN progress bar on stderr with --progress: $(cat err.txt)"
 
 # A progress bar when asked for, on stderr only.
 "$K" --n-samples 20000 --n-clusters 20 --max-iter 30 --tol 0 --progress >out.txt 2>err.txt || fail "progress run"
