@@ -321,6 +321,16 @@ class NearestNeighbors {
     return radius_search(X_, radius, sort_results, true);
   }
 
+  /// The radius graph of the training set for DBSCAN: every training sample's neighbours within `radius`
+  /// INCLUDING the sample itself, in index order, without distances (`distances` is empty).
+  RadiusResult<T> radius_graph_self(double radius) const {
+    require_fitted();
+    RadiusResult<T> graph = radius_search(X_, radius, false, false);
+    graph.distances.clear();
+    graph.distances.shrink_to_fit();
+    return graph;
+  }
+
   /// return_distance=False variants.
   IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
   IndexMatrix kneighbors_indices(MatrixView<T> X, int n_neighbors = 0) const {
