@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """k-means benchmark: gpuml-kmeans on each chosen backend next to scikit-learn, scikit-learn-intelex and (on a GPU
-machine) PyTorch, all in one run, on the same data with the same initial centres.
+machine) PyTorch, all in one run, on the same data with the same initial centers.
 
 The workload is the seed's: n samples (default 1,000,000) of blobs-like float32 data, d=14, k=127, init = the first
 k samples, max_iter=100, tol=0, n_init=1. It is written once (by peers.write_workload, or by gpuml-kmeans
@@ -56,7 +56,7 @@ def main() -> int:
                          "without torch or CUDA)")
     ap.add_argument("--e-steps", default="auto",
                     help="gpuml's E-steps to run on each backend, comma-separated: auto, plain, bounded (default auto); "
-                         "the rows' labels and centres are compared bit for bit")
+                         "the rows' labels and centers are compared bit for bit")
     ap.add_argument("--torch-device", default="cuda")
     add_run_arguments(ap, "gpuml-kmeans", "fits")
     args = ap.parse_args()
@@ -114,7 +114,7 @@ def main() -> int:
         same = [r for r in rows if r["gpuml"] and r["backend"] == b]
         if len(same) > 1:
             prints = {(r["raw"].get("labels_fnv"), r["raw"].get("centers_fnv"), r["raw"]["inertia"]) for r in same}
-            notes.append(f"gpuml on {b}: the {len(same)} E-steps' labels, centres and inertia are "
+            notes.append(f"gpuml on {b}: the {len(same)} E-steps' labels, centers and inertia are "
                          + ("identical bit for bit" if len(prints) == 1 else "NOT identical"))
 
     # Peers.
@@ -170,7 +170,7 @@ def main() -> int:
                 ms = r["ms_per_iter"]
                 name = f"flash-kmeans {r['version']}, {peers.FLASH_MODES[mode]}"
                 seconds = r["ms"] / 1e3
-                notes.append(f"{name}: {r['float64_mislabels']:,} labels are not the float64 argmin of their centres")
+                notes.append(f"{name}: {r['float64_mislabels']:,} labels are not the float64 argmin of their centers")
             else:
                 notes.append(f"unknown peer '{peer}' skipped (sklearn, sklearnex, torch, flash-fp16, flash-tf32, "
                              "flash-ieee, gpuml-python)")

@@ -48,7 +48,7 @@ def main():
                                                                              best.cluster_centers_)
             and together.inertia_ == best.inertia_ and together.n_iter_ == best.n_iter_)
     print(f"{args.n_init} single-init fits: {separate:.3f} s, best run {best_run}, inertia {best.inertia_!r}; "
-          f"labels, centres, inertia and n_iter {'identical' if same else 'DIFFER'}")
+          f"labels, centers, inertia and n_iter {'identical' if same else 'DIFFER'}")
     return 0 if same and (stats["uploads"] <= 1) else 1
 
 

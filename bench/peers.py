@@ -1,7 +1,7 @@
 """Peers that gpuml's benchmarks are measured against, timed on the same data.
 
 CPU peers (run anywhere):
-    sklearn_kmeans     scikit-learn KMeans(algorithm="lloyd", n_init=1, init=<given centres>, tol=0)
+    sklearn_kmeans     scikit-learn KMeans(algorithm="lloyd", n_init=1, init=<given centers>, tol=0)
     sklearnex_kmeans   the same through scikit-learn-intelex (oneDAL)
     sklearn_knn        scikit-learn NearestNeighbors(algorithm="brute").kneighbors
     faiss_knn          faiss-cpu IndexFlatL2.search
@@ -52,32 +52,32 @@ __all__ = [
 _CHUNK_ROWS = 1 << 20
 
 
-def _blob_centres(d: int, k: int, seed: int) -> np.ndarray:
+def _blob_centers(d: int, k: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng([seed, 0])
     return rng.uniform(-10.0, 10.0, size=(k, d)).astype(np.float32)
 
 
-def _fill_blobs(out: np.ndarray, centres: np.ndarray, seed: int) -> None:
+def _fill_blobs(out: np.ndarray, centers: np.ndarray, seed: int) -> None:
     """Fills out (n x d, float32) chunk by chunk; chunk c uses its own generator, so the data do not depend on
     whether they are built in memory or straight into a memory-mapped file."""
     n, d = out.shape
-    k = centres.shape[0]
+    k = centers.shape[0]
     for c, start in enumerate(range(0, n, _CHUNK_ROWS)):
         stop = min(n, start + _CHUNK_ROWS)
         rng = np.random.default_rng([seed, 1, c])
         labels = rng.integers(0, k, size=stop - start)
         noise = rng.standard_normal(size=(stop - start, d), dtype=np.float32)
-        np.add(centres[labels], noise, out=out[start:stop])
+        np.add(centers[labels], noise, out=out[start:stop])
 
 
 def make_workload(n: int, d: int = 14, k: int = 127, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic blobs-like k-means data: n samples around k centres drawn uniformly in [-10, 10]^d, unit
-    Gaussian noise, float32, C order. Returns (X, init) where init = X[:k].copy() (the fixed initial centres).
+    """Deterministic blobs-like k-means data: n samples around k centers drawn uniformly in [-10, 10]^d, unit
+    Gaussian noise, float32, C order. Returns (X, init) where init = X[:k].copy() (the fixed initial centers).
     The same (n, d, k, seed) gives the same bytes on every machine (NumPy's PCG64)."""
     if n < k:
-        raise ValueError(f"n={n} must be at least k={k}: the initial centres are the first k rows")
+        raise ValueError(f"n={n} must be at least k={k}: the initial centers are the first k rows")
     X = np.empty((n, d), dtype=np.float32)
-    _fill_blobs(X, _blob_centres(d, k, seed), seed)
+    _fill_blobs(X, _blob_centers(d, k, seed), seed)
     return X, X[:k].copy()
 
 
@@ -87,10 +87,10 @@ def write_workload(directory: str | os.PathLike, n: int, d: int = 14, k: int = 1
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if n < k:
-        raise ValueError(f"n={n} must be at least k={k}: the initial centres are the first k rows")
+        raise ValueError(f"n={n} must be at least k={k}: the initial centers are the first k rows")
     x_path, init_path = directory / "X.npy", directory / "init.npy"
     X = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.float32, shape=(n, d))
-    _fill_blobs(X, _blob_centres(d, k, seed), seed)
+    _fill_blobs(X, _blob_centers(d, k, seed), seed)
     init = np.array(X[:k])
     X.flush()
     del X
@@ -106,10 +106,10 @@ def make_knn_workload(n_db: int, n_queries: int, d: int = 128, seed: int = 0) ->
     return db, queries
 
 
-def kmeans_inertia(X: np.ndarray, centres: np.ndarray) -> float:
-    """Sum of squared distances from each sample to its nearest centre, accumulated in float64 in chunks
-    (a common yardstick for every implementation's final centres)."""
-    C = np.asarray(centres, dtype=np.float64)
+def kmeans_inertia(X: np.ndarray, centers: np.ndarray) -> float:
+    """Sum of squared distances from each sample to its nearest center, accumulated in float64 in chunks
+    (a common yardstick for every implementation's final centers)."""
+    C = np.asarray(centers, dtype=np.float64)
     c_norm = (C * C).sum(1)
     total = 0.0
     for start in range(0, X.shape[0], 1 << 16):
@@ -414,9 +414,9 @@ def torch_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, chunk_rows:
 
     Each iteration, per chunk of chunk_rows samples: scores = ||c||^2 - 2 x C^T (matmul; ||x||^2 does not change the
     argmin), labels = argmin, then index_add of the samples and of ones into per-cluster sums and counts; new
-    centres = sums / counts, an empty cluster keeps its centre. Chunking bounds the chunk x k score matrix, so a
+    centers = sums / counts, an empty cluster keeps its center. Chunking bounds the chunk x k score matrix, so a
     50M x 14 float32 dataset (2.8 GB) plus scores fits easily. X is copied to the device once, outside the timing.
-    The dict's inertia is computed after timing, in float64 on the host (kmeans_inertia), from the final centres.
+    The dict's inertia is computed after timing, in float64 on the host (kmeans_inertia), from the final centers.
     """
     import torch
 
@@ -452,7 +452,7 @@ def torch_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, chunk_rows:
         with _Timer(torch, device) as t:
             for _ in range(n_iter):
                 C = iterate(C)
-        centres = C.cpu().numpy()
+        centers = C.cpu().numpy()
         device_name = _torch_device_name(torch, device)
     out = {
         "library": "torch",
@@ -467,15 +467,15 @@ def torch_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, chunk_rows:
         "chunk_rows": chunk_rows,
         "ms": t.ms,
         "ms_per_iter": t.ms / max(n_iter, 1),
-        "inertia": kmeans_inertia(X, centres),
+        "inertia": kmeans_inertia(X, centers),
     }
     if return_result:
-        out["centers"] = centres
+        out["centers"] = centers
     return out
 
 
 def float64_mislabels(torch, Xt, C, labels, chunk_rows: int = 1 << 21) -> int:
-    """Samples whose label is not the float64 argmin of their squared distances to centres C (ties: any minimiser)."""
+    """Samples whose label is not the float64 argmin of their squared distances to centers C (ties: any minimiser)."""
     C64 = C.to(torch.float64)
     c_norm = (C64 * C64).sum(1)
     wrong = 0
@@ -497,7 +497,7 @@ def flash_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, mode: str =
     one warm-up iteration (Triton compiles then). The mode picks the precision: float16 inputs, float32 with its
     default TF32 products, or float32 with IEEE products; the IEEE mode must be chosen before Triton compiles, so
     each mode runs in its own process (flash_kmeans_subprocess). The dict counts the labels of one more assignment
-    to the final centres that are not their float64 argmin."""
+    to the final centers that are not their float64 argmin."""
     import torch
     import flash_kmeans as fk
     from flash_kmeans import kmeans_triton_impl as impl
@@ -517,12 +517,12 @@ def flash_kmeans(X: np.ndarray, init: np.ndarray, n_iter: int = 100, mode: str =
             _, C, iters = fk.batch_kmeans_Euclid(x, k, max_iters=n_iter, tol=0.0, init_centroids=C0.clone())
         x_sq = (x.float() ** 2).sum(-1).to(dtype)
         _, _, labels = impl._euclid_iter_compiled(x, x_sq, C, True)
-        centres = C[0].float()
-        wrong = float64_mislabels(torch, Xt32, centres, labels[0])
+        centers = C[0].float()
+        wrong = float64_mislabels(torch, Xt32, centers, labels[0])
         device_name = _torch_device_name(torch, device)
     return {"library": "flash-kmeans", "version": getattr(fk, "__version__", "?"), "mode": mode,
             "device": device_name, "n": n, "d": d, "k": k, "n_iter": int(iters), "ms": t.ms,
-            "ms_per_iter": t.ms / max(int(iters), 1), "inertia": kmeans_inertia(X, centres.cpu().numpy()),
+            "ms_per_iter": t.ms / max(int(iters), 1), "inertia": kmeans_inertia(X, centers.cpu().numpy()),
             "float64_mislabels": wrong}
 
 

@@ -81,7 +81,7 @@ def kmeans_rows(args, data, device, rows):
         seconds = time.perf_counter() - t0
         rows.append(dict(workload=name, impl=f"scikit-learn (max_iter={capped['max_iter']})", seconds=seconds,
                          n_iter=int(ref.n_iter_), inertia=float(ref.inertia_)))
-        if name == "kmeans-pp":  # the starting centres alone: scikit-learn's k-means++ against gpuml's
+        if name == "kmeans-pp":  # the starting centers alone: scikit-learn's k-means++ against gpuml's
             from sklearn.cluster._kmeans import _kmeans_plusplus
             from sklearn.utils.extmath import row_norms
             t0 = time.perf_counter()

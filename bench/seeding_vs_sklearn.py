@@ -1,4 +1,4 @@
-"""How often gpuml's starting centres are scikit-learn's: for each shape, dtype and weighting, many seeds; for each
+"""How often gpuml's starting centers are scikit-learn's: for each shape, dtype and weighting, many seeds; for each
 seed, the samples scikit-learn's KMeans.fit starts its first run from (its own _kmeans_plusplus or choice, on X less
 its mean) against gpuml's (gpuml's fit driver, on the device or the host). Prints the share of identical seedings.
 
@@ -35,8 +35,8 @@ def gpuml_samples(X, w, k, seed, init, device, weighted):
 
 def data(n, d, dtype, seed):
     rng = np.random.default_rng(seed)
-    centres = rng.uniform(-10, 10, (16, d))
-    X = centres[rng.integers(16, size=n)] + rng.normal(size=(n, d)) * rng.uniform(0.3, 2.0, d)
+    centers = rng.uniform(-10, 10, (16, d))
+    X = centers[rng.integers(16, size=n)] + rng.normal(size=(n, d)) * rng.uniform(0.3, 2.0, d)
     w = rng.uniform(0.1, 3.0, n)
     w[rng.random(n) < 0.05] = 0
     return X.astype(dtype), w.astype(dtype)

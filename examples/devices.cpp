@@ -11,15 +11,15 @@
 
 namespace {
 
-// The embedded default dataset: 2000 points in 24 dimensions around 10 centres, from a fixed seed.
+// The embedded default dataset: 2000 points in 24 dimensions around 10 centers, from a fixed seed.
 gpuml::Matrix<float> embedded_dataset() {
   std::mt19937_64 rng(20261120);
   std::normal_distribution<float> noise(0.0f, 0.5f);
-  std::uniform_real_distribution<float> centre(-5.0f, 5.0f);
-  gpuml::Matrix<float> centres(10, 24), X(2000, 24);
-  for (Eigen::Index i = 0; i < centres.size(); ++i) centres.data()[i] = centre(rng);
+  std::uniform_real_distribution<float> center(-5.0f, 5.0f);
+  gpuml::Matrix<float> centers(10, 24), X(2000, 24);
+  for (Eigen::Index i = 0; i < centers.size(); ++i) centers.data()[i] = center(rng);
   for (Eigen::Index i = 0; i < X.rows(); ++i)
-    for (Eigen::Index j = 0; j < X.cols(); ++j) X(i, j) = centres(i % 10, j) + noise(rng);
+    for (Eigen::Index j = 0; j < X.cols(); ++j) X(i, j) = centers(i % 10, j) + noise(rng);
   return X;
 }
 

@@ -6,7 +6,7 @@
 //   gpuml-kmeans --input X.npy --init init.npy --max-iter 100 --tol 0 --json --repeat 3 --device gpu
 //   gpuml-kmeans --write-synthetic data/X.npy      saves the workload (data/X.npy, data/X_init.npy) for peers
 //   gpuml-kmeans --input new.csv --predict-with centers.npy --labels-out - --distances-out d.npy
-//                                                  applies saved centres to new data (no fit)
+//                                                  applies saved centers to new data (no fit)
 //
 // Human-readable output by default; --json prints one JSON object (as the last line of stdout). Errors go to
 // stderr, with exit status 2 for a usage error and 1 for a run-time error. Output files are checked before the
@@ -56,7 +56,7 @@ struct Options {
 
 // ---- The embedded workload ----------------------------------------------------------------------------------
 // Counter-based (SplitMix64 per sample, Box-Muller normals), so the bytes are the same with every compiler and
-// standard library: k centres uniform in [-10, 10]^d, each sample a uniformly chosen centre plus N(0, 1) noise.
+// standard library: k centers uniform in [-10, 10]^d, each sample a uniformly chosen center plus N(0, 1) noise.
 
 struct SplitMix64 {
   std::uint64_t state;
@@ -72,9 +72,9 @@ struct SplitMix64 {
 template <class T>
 gpuml::Matrix<T> synthetic_blobs(std::int64_t n, int d, int k, std::uint64_t seed) {
   if (n < 1 || d < 1 || k < 1) throw gpuml::invalid_input("the synthetic workload needs n, d and k >= 1");
-  SplitMix64 centre_rng{seed};
-  std::vector<double> centres(static_cast<std::size_t>(k) * d);
-  for (double& c : centres) c = -10.0 + 20.0 * centre_rng.uniform();
+  SplitMix64 center_rng{seed};
+  std::vector<double> centers(static_cast<std::size_t>(k) * d);
+  for (double& c : centers) c = -10.0 + 20.0 * center_rng.uniform();
   gpuml::Matrix<T> X(n, d);
   constexpr double two_pi = 6.283185307179586;
   gpuml::parallel_chunks(n, 1 << 14, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
@@ -83,8 +83,8 @@ gpuml::Matrix<T> synthetic_blobs(std::int64_t n, int d, int k, std::uint64_t see
       const std::size_t label = static_cast<std::size_t>(rng.next() % static_cast<std::uint64_t>(k));
       for (int j = 0; j < d; j += 2) {
         const double r = std::sqrt(-2.0 * std::log(1.0 - rng.uniform())), a = two_pi * rng.uniform();
-        X(i, j) = static_cast<T>(centres[label * d + j] + r * std::cos(a));
-        if (j + 1 < d) X(i, j + 1) = static_cast<T>(centres[label * d + j + 1] + r * std::sin(a));
+        X(i, j) = static_cast<T>(centers[label * d + j] + r * std::cos(a));
+        if (j + 1 < d) X(i, j + 1) = static_cast<T>(centers[label * d + j + 1] + r * std::sin(a));
       }
     }
   });
@@ -118,7 +118,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   outputs.add("--distances-out", o.distances_out);
   if (outputs.to_stdout() && o.json) throw gpuml_program::usage_error("--json and an output to stdout (-) exclude each other");
   if (!o.distances_out.empty() && o.predict_with.empty())
-    throw gpuml_program::usage_error("--distances-out needs --predict-with (distances to saved centres)");
+    throw gpuml_program::usage_error("--distances-out needs --predict-with (distances to saved centers)");
 
   // Data.
   auto t0 = Clock::now();
@@ -140,7 +140,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
                               .dump()
                               .c_str());
     } else {
-      std::printf("wrote %s (%lld x %lld %s) and %s (the first %d rows: the initial centres)\n", o.write_synthetic.c_str(),
+      std::printf("wrote %s (%lld x %lld %s) and %s (the first %d rows: the initial centers)\n", o.write_synthetic.c_str(),
                   static_cast<long long>(n), static_cast<long long>(d), dtype_name(is_f32), init_path.c_str(), k);
     }
     return 0;
@@ -149,7 +149,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
   std::vector<std::string> warnings;
   gpuml_program::collect_warnings(warnings);
 
-  if (!o.predict_with.empty()) {  // apply saved centres: labels and, on request, the distances to every centre
+  if (!o.predict_with.empty()) {  // apply saved centers: labels and, on request, the distances to every center
     if (!o.centers_out.empty()) throw gpuml_program::usage_error("--centers-out does not apply to --predict-with");
     gpuml::KMeans<T> km(gpuml::KMeansParams{}, backend);
     km.set_cluster_centers(gpuml::read_matrix<T>(o.predict_with));  // as gpuml wrote them: the CSV flags are for --input
@@ -167,7 +167,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
                               .dump()
                               .c_str());
     } else if (!outputs.to_stdout()) {
-      std::printf("predicted %lld labels with %lld centres from %s in %.3f s\n", static_cast<long long>(n),
+      std::printf("predicted %lld labels with %lld centers from %s in %.3f s\n", static_cast<long long>(n),
                   static_cast<long long>(km.cluster_centers().rows()), o.predict_with.c_str(), predict_seconds);
       for (const auto& w : written) std::printf("written: %s\n", w.c_str());
     }
@@ -210,12 +210,12 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
       throw gpuml_program::usage_error("--n-init must be 'auto' or a positive integer, got '" + o.n_init + "'");
     p.n_init = v;
   }
-  // The progress bar: iterations of the current initialisation and its centre shift.
+  // The progress bar: iterations of the current initialisation and its center shift.
   gpuml_program::ProgressBar bar(gpuml_program::ProgressBar::wanted(o.progress, o.no_progress) && !o.verbose,
                                  o.progress ? 0.0 : 1.0);  // asked for: from the start; on a terminal: long fits only
   p.on_iteration = [&bar](const gpuml::LloydIteration& it) {
     char status[64];
-    std::snprintf(status, sizeof status, "iterations, centre shift %.3g", it.center_shift);
+    std::snprintf(status, sizeof status, "iterations, center shift %.3g", it.center_shift);
     bar.update(it.iteration + 1, it.max_iter, status);
     return true;
   };
@@ -338,7 +338,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     if (o.repeat > 1) std::printf(", best of %d", o.repeat);
     std::printf("\n");
     if (!o.labels_out.empty()) std::printf("labels written to %s\n", o.labels_out.c_str());
-    if (!o.centers_out.empty()) std::printf("centres written to %s\n", o.centers_out.c_str());
+    if (!o.centers_out.empty()) std::printf("centers written to %s\n", o.centers_out.c_str());
   }
   return 0;
 }
@@ -355,12 +355,12 @@ int main(int argc, char** argv) {
   app.add_option("--n-clusters", o.n_clusters, "number of clusters (default 8; 127 for the embedded workload)")
       ->check(gpuml_program::at_least(1));
   app.add_option("--init", o.init,
-                 "k-means++ | random | first (the first n_clusters samples) | PATH to initial centres (.npy/.csv) "
+                 "k-means++ | random | first (the first n_clusters samples) | PATH to initial centers (.npy/.csv) "
                  "(default k-means++; first for the embedded workload)");
   app.add_option("--n-init", o.n_init, "auto | N (number of initialisations; default auto)");
   app.add_option("--max-iter", o.max_iter, "maximum Lloyd iterations (default 300; 100 for the embedded workload)")
       ->check(gpuml_program::at_least(1));
-  app.add_option("--tol", o.tol, "relative tolerance on the centre shift (default 1e-4; 0 for the embedded workload)")
+  app.add_option("--tol", o.tol, "relative tolerance on the center shift (default 1e-4; 0 for the embedded workload)")
       ->check(gpuml_program::at_least(0));
   app.add_option("--seed", o.seed, "random_state (default 0)");
   app.add_option("--algorithm", o.algorithm, "lloyd | elkan (both give Lloyd's iterations exactly; default lloyd)")
@@ -373,11 +373,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device,
                  "auto | gpu | discrete | integrated | cpu | host | N | name (default: $GPUML_DEVICE, else auto)");
   app.add_option("--labels-out", o.labels_out, "write the labels (.npy or .csv; - for CSV on stdout)");
-  app.add_option("--centers-out", o.centers_out, "write the cluster centres (.npy or .csv; - for CSV on stdout)");
+  app.add_option("--centers-out", o.centers_out, "write the cluster centers (.npy or .csv; - for CSV on stdout)");
   app.add_option("--predict-with", o.predict_with,
-                 "apply saved centres (.npy/.csv) to --input: write --labels-out (and --distances-out); no fit");
+                 "apply saved centers (.npy/.csv) to --input: write --labels-out (and --distances-out); no fit");
   app.add_option("--distances-out", o.distances_out,
-                 "with --predict-with: write each sample's distances to every centre (n x k; .npy or .csv)");
+                 "with --predict-with: write each sample's distances to every center (n x k; .npy or .csv)");
   app.add_flag("--progress", o.progress, "draw a progress bar on stderr (default: when stderr is a terminal)");
   app.add_flag("--no-progress", o.no_progress, "never draw the progress bar");
   o.csv.add_to(app);

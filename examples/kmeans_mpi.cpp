@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     app.add_option("--input", o.input, "the data: a C-order float32 or float64 .npy file (n x d)")->required();
     app.add_option("--n-clusters", o.n_clusters, "k (default 127)");
     app.add_option("--init", o.init,
-                   "first (the first n_clusters rows) | k-means++ (greedy, across ranks) | PATH to initial centres "
+                   "first (the first n_clusters rows) | k-means++ (greedy, across ranks) | PATH to initial centers "
                    "(.npy/.csv)");
     app.add_option("--n-init", o.n_init, "k-means++ runs, the best kept (default 1)")->check(CLI::NonNegativeNumber);
     app.add_option("--seed", o.random_state, "random_state of k-means++ (default 0)");
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     app.add_option("--device", o.device, "each rank's backend (default GPUML_DEVICE, else auto)");
     app.add_flag("--device-per-rank", o.device_per_rank, "use Vulkan device number (local rank) on each rank");
     app.add_option("--labels-out", o.labels_out, "rank 0 writes every sample's label here (.npy/.csv)");
-    app.add_option("--centers-out", o.centers_out, "rank 0 writes the centres here (.npy/.csv)");
+    app.add_option("--centers-out", o.centers_out, "rank 0 writes the centers here (.npy/.csv)");
     app.add_flag("--json", o.json, "rank 0 prints one JSON object");
     app.add_flag("--verbose", o.verbose, "scikit-learn's verbose lines, from rank 0");
     gpuml_program::add_version(app, "gpuml-kmeans-mpi");

@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : require
 // Per-workgroup partial inertia sum_i w_i ||x_i - c_{l_i}||^2, from differences (exact 0 when x == c), reduced
 // in a fixed order inside the group; the host adds the groups' partials in double. As kModeDistances, the
-// distance of every row to every centre (KMeans.transform), from differences too.
+// distance of every row to every center (KMeans.transform), from differences too.
 #include "common.glsl"
 #include "kmeans_inertia.h"
 
@@ -14,7 +14,7 @@ layout(local_size_x_id = kSpecThreads) in;
 layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
 layout(std430, binding = kBindingLabels) readonly buffer LabelBuf { uint labels[]; };
-layout(std430, binding = kBindingCentres) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = kBindingCenters) readonly buffer CBuf { scalar C[]; };
 layout(std430, binding = kBindingPartials) writeonly buffer OutBuf { scalar partial[]; };
 
 shared scalar red[THREADS];
@@ -22,9 +22,9 @@ shared scalar red[THREADS];
 void main() {
   const uint t = gl_LocalInvocationID.x, g = linear_group_id();
   if (MODE == kModeDistances) {
-    const uint pairs = p.rows * p.centres;
+    const uint pairs = p.rows * p.centers;
     for (uint q = g * THREADS + t; q < pairs; q += p.groups * THREADS) {
-      const uint i = q / p.centres, j = q - i * p.centres;
+      const uint i = q / p.centers, j = q - i * p.centers;
       scalar d2 = scalar(0);
       for (uint f = 0; f < D; ++f) {
         const scalar diff = X[i * D + f] - C[j * D + f];

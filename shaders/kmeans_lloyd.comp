@@ -7,7 +7,7 @@
 //   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
 //   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster.
 // Persistent workgroups: group g takes sample tiles g, g + groups, ... in order. Distances come from register
-// tiles (SPT samples x KT centres per thread); the centres sit in shared memory when they all fit (KS x DS),
+// tiles (SPT samples x KT centers per thread); the centers sit in shared memory when they all fit (KS x DS),
 // else they are read from global memory, the same address for every thread.
 // Partial sums are deterministic without float atomics: each workgroup adds its samples to its own sums in index
 // order, a batch of ROUNDS rounds of THREADS samples at a time, every sample setting one bit in its cluster's mask.
@@ -17,14 +17,14 @@
 // it) and one thread per (cluster, feature) pair walks the cluster's members, so that no owner serialises the
 // workgroup and the lanes of one cluster read its members' rows together. Both walks add in the same order.
 //
-// The bounded E-step returns exactly what the plain one returns, with far fewer distances once the centres move
+// The bounded E-step returns exactly what the plain one returns, with far fewer distances once the centers move
 // little (Hamerly's bounds, kept conservative in floating point). Each sample keeps an upper bound u on its distance
-// to its centre and a lower bound l on its distance to every other centre; when centres move, u grows by its
-// centre's move and l shrinks by the largest move of the others. Where u^2 + S < l^2, with S a bound on the rounding
+// to its center and a lower bound l on its distance to every other center; when centers move, u grows by its
+// center's move and l shrinks by the largest move of the others. Where u^2 + S < l^2, with S a bound on the rounding
 // of the kernel's values ||c||^2 - 2 <x, c> (an FMA chain of D terms, the norm, one subtraction: each within
 // gamma (||c||^2 + 2 ||x|| ||c||) of the exact value), the kernel's own argmin is certainly the old label, ties
 // included, and no distance is computed. A step that uses the bounds runs in three dispatches (STAGE): one thread
-// per sample checks its bounds, recomputes the value to its old centre with the kernel's own FMA chain to tighten u
+// per sample checks its bounds, recomputes the value to its old center with the kernel's own FMA chain to tighten u
 // where they fail, and lists the samples still uncertain; the register tiles below search the listed samples only
 // (the lowest index among equal values, as always), keeping each one's second-best value for its new lower bound;
 // the partial sums are then added from the labels exactly as the plain step adds them, by the workgroups where a
@@ -34,8 +34,8 @@
 
 layout(constant_id = kSpecThreads) const uint THREADS = 128;     // a multiple of 32
 layout(constant_id = kSpecSamplesPerThread) const uint SPT = 4;  // samples per thread per tile
-layout(constant_id = kSpecCentresPerThread) const uint KT = 8;   // centres per register tile
-layout(constant_id = kSpecCentreTile) const uint KS = 128;       // centres per shared tile (a multiple of KT)
+layout(constant_id = kSpecCentersPerThread) const uint KT = 8;   // centers per register tile
+layout(constant_id = kSpecCenterTile) const uint KS = 128;       // centers per shared tile (a multiple of KT)
 layout(constant_id = kSpecFeatureTile) const uint DS = 16;       // features per shared tile
 layout(constant_id = kSpecClusters) const uint K = 8;            // clusters
 layout(constant_id = kSpecFeatures) const uint D = 2;            // features
@@ -57,23 +57,23 @@ const uint MAX_PRESENT = K < BATCH ? K : BATCH;  // clusters with members in one
 // more than CROWDED members there; many clusters or features are always walked by (cluster, feature) pairs.
 const uint OWNERS = K <= THREADS ? (DW <= 32u ? 1u : 0u) : 0u;
 const uint CROWDED = 256u / DW > 1u ? 256u / DW : 1u;
-const uint DS4 = (DS + 3) / 4;  // a shared centre row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
+const uint DS4 = (DS + 3) / 4;  // a shared center row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
 
 layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
 layout(std430, binding = kBindingLabels) buffer LabelBuf { uint labels[]; };
-layout(std430, binding = kBindingCentres) readonly buffer CBuf { scalar C[]; };
-layout(std430, binding = kBindingCentreNorms) readonly buffer CNormBuf { scalar cnorm[]; };
+layout(std430, binding = kBindingCenters) readonly buffer CBuf { scalar C[]; };
+layout(std430, binding = kBindingCenterNorms) readonly buffer CNormBuf { scalar cnorm[]; };
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
 layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { scalar partials[]; };
 layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 // Sample i: (u, l, ||x_i||^2 as the kernel computes it, unused).
 layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
-// drift[c]: how far centre c moved since the last step; drift[K + c]: the largest move of any other centre;
-// drift[2K]: an upper bound on every centre's norm (all rounded up); then the centres transposed, feature j of
-// centre c at kDriftCentres + j K (the values of C: lanes taking consecutive centres read consecutive words).
+// drift[c]: how far center c moved since the last step; drift[K + c]: the largest move of any other center;
+// drift[2K]: an upper bound on every center's norm (all rounded up); then the centers transposed, feature j of
+// center c at kDriftCenters + j K (the values of C: lanes taking consecutive centers read consecutive words).
 layout(std430, binding = kBindingDrift) readonly buffer DriftBuf { scalar drift[]; };
-const uint kDriftCentres = 2u * K + 1u;
+const uint kDriftCenters = 2u * K + 1u;
 // The bounded step's uncertain samples, listed for the search: listed[0] counts them, their chunk rows follow. Each
 // workgroup gathers its own in shared memory and appends them in runs (one global atomic per run).
 layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
@@ -89,7 +89,7 @@ shared uint gathered_count;
 shared uint appended_at;
 
 
-// The check and the sums stages declare only the shared memory they use (more of their workgroups fit): the centre
+// The check and the sums stages declare only the shared memory they use (more of their workgroups fit): the center
 // tile for the searches, the partial sums' arrays for the steps that add them. The search keeps the plain step's
 // footprint: with more of its workgroups beside each other, its gathers of listed rows of many features were slower.
 const uint SEARCHES = STAGE == kStageFull ? 1u : (STAGE == kStageSearch ? 1u : 0u);
@@ -127,12 +127,12 @@ const scalar kUnitRoundoff = 5.9604644775390625e-8;  // 2^-24
 scalar round_up(scalar v) { return v * (scalar(1) + scalar(8) * kUnitRoundoff); }
 scalar round_down(scalar v) { return v * (scalar(1) - scalar(8) * kUnitRoundoff); }
 
-// The kernel's value for chunk row i and centre c, ||c||^2 - 2 <x, c>, bit for bit as the register tiles compute
+// The kernel's value for chunk row i and center c, ||c||^2 - 2 <x, c>, bit for bit as the register tiles compute
 // it: one FMA per feature in feature order (the tiles' zero padding adds exact zeros), then the norm.
-// The centres come from the drift buffer's transposed copy.
-scalar centre_value(uint i, uint c) {
+// The centers come from the drift buffer's transposed copy.
+scalar center_value(uint i, uint c) {
   precise scalar acc = scalar(0);
-  for (uint j = 0; j < D; ++j) acc = fma(X[(i - p.x_row0) * D + j], drift[kDriftCentres + j * K + c], acc);
+  for (uint j = 0; j < D; ++j) acc = fma(X[(i - p.x_row0) * D + j], drift[kDriftCenters + j * K + c], acc);
   precise scalar value = cnorm[c] - scalar(2) * acc;
   return value;
 }
@@ -155,7 +155,7 @@ scalar upper_from(scalar v, scalar xx, scalar slack) { return round_up(sqrt(max(
 scalar lower_from(scalar v, scalar xx, scalar slack) { return round_down(sqrt(max(v + xx - scalar(2) * slack, scalar(0)))); }
 
 
-void load_centres(uint cs, uint fs) {
+void load_centers(uint cs, uint fs) {
   barrier();
   for (uint e = gl_LocalInvocationID.x; e < KS * DS4 * 4; e += THREADS) {
     const uint c = cs * KS + e / (DS4 * 4), f = e % (DS4 * 4), j = fs * DS + f;
@@ -163,7 +163,7 @@ void load_centres(uint cs, uint fs) {
   }
   for (uint e = gl_LocalInvocationID.x; e < KS; e += THREADS) {
     const uint c = cs * KS + e;
-    Cn[e] = c < K ? cnorm[c] : scalar_inf();  // padding centres never win
+    Cn[e] = c < K ? cnorm[c] : scalar_inf();  // padding centers never win
   }
   barrier();
 }
@@ -225,7 +225,7 @@ void check_bounds(uint g) {
       const scalar lower = max(round_down(b.y - drift[K + a]), scalar(0));
       certain = label_certain(upper, lower, slack);
       if (!certain) {
-        upper = upper_from(centre_value(i, a), b.z, slack);
+        upper = upper_from(center_value(i, a), b.z, slack);
         certain = label_certain(upper, lower, slack);
       }
       if (certain) bounds[i] = scalar4(upper, lower, b.z, scalar(0));
@@ -276,7 +276,7 @@ void main() {
   const uint tile_end = search ? (listed_rows + TILE - 1u) / TILE : p.tile_end;
   const uint first_tile = search || p.tile_begin <= g ? g : g + (p.tile_begin - g + p.groups - 1u) / p.groups * p.groups;
   if (search && first_tile >= tile_end) return;  // nothing listed for this group (uniform)
-  if (resident && !sums_only) load_centres(0, 0);
+  if (resident && !sums_only) load_centers(0, 0);
   for (uint tile = first_tile; tile < tile_end; tile += p.groups) {
     const uint base = tile * TILE;
     scalar best[SPT], second[SPT];
@@ -311,7 +311,7 @@ void main() {
           for (uint kk = 0; kk < KT; ++kk) {
             const uint c = cs * KS + kt * KT + kk;
             for (uint f4 = 0; f4 < DS4; ++f4) {
-              // Resident centres come from shared memory; otherwise the same value for every thread straight
+              // Resident centers come from shared memory; otherwise the same value for every thread straight
               // from global memory (cached), which needs no barriers inside these loops.
               scalar4 cv;
               if (resident) {

@@ -3,7 +3,7 @@
 // Greedy k-means++ over one chunk of samples, in two variants (MODE):
 //   0, potentials: for every trial candidate t, the workgroup's partial potential
 //        sum_i w_i min(closest_i, ||x_i - cand_t||^2)                 -> out[(out_base + group) * TRIALS + t]
-//   1, commit:     closest_i = min(closest_i, ||x_i - cand_c||^2) (the distance alone for the first centre), and per
+//   1, commit:     closest_i = min(closest_i, ||x_i - cand_c||^2) (the distance alone for the first center), and per
 //        tile of TILE samples the sampling mass sum_i w_i closest_i    -> out[out_base + tile]
 // Distances come from differences (exact 0 when x == c), accumulated in feature order with fma in both variants, so
 // the committed distances are the ones the potentials used. Persistent workgroups take tiles g, g + groups, ...;

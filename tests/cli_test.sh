@@ -68,7 +68,7 @@ expect 1 "n_samples=4 should be >= n_clusters=9" "$K" --input iris.csv --delimit
 [ ! -e l.npy ] && [ ! -e c.npy ] || fail "a failed fit left output files"
 ls -a | grep -q '\.part-' && fail "a failed run left a temporary file"
 
-# Outputs: files and stdout, then the predict mode on the saved centres.
+# Outputs: files and stdout, then the predict mode on the saved centers.
 "$K" --input iris.csv --delimiter ';' --columns sepal_length,sepal_width --n-clusters 2 --init first \
   --labels-out l.npy --centers-out c.csv >/dev/null 2>err.txt || fail "fit with outputs: $(cat err.txt)"
 [ -s l.npy ] && [ -s c.csv ] || fail "outputs missing"
@@ -78,7 +78,7 @@ ls -a | grep -q '\.part-' && fail "a failed run left a temporary file"
 "$K" --input iris.csv --delimiter ';' --columns 0,1 --predict-with c.csv --labels-out - --distances-out d.csv \
   > predicted.txt 2>err.txt || fail "predict mode: $(cat err.txt)"
 cmp -s stdout.txt predicted.txt || fail "predict-with gave other labels than the fit: $(cat predicted.txt)"
-[ "$(head -n1 d.csv | tr ',' '\n' | wc -l)" -eq 2 ] || fail "distances to 2 centres expected: $(head -n1 d.csv)"
+[ "$(head -n1 d.csv | tr ',' '\n' | wc -l)" -eq 2 ] || fail "distances to 2 centers expected: $(head -n1 d.csv)"
 expect 1 "cluster_centers" "$K" --input iris.csv --delimiter ';' --columns 0,1 --predict-with nan.csv --labels-out p.npy
 "$N" --database iris.csv --delimiter ';' --columns 0,1 --k 2 --indices-out - > knn.txt 2>err.txt || fail "knn: $(cat err.txt)"
 [ "$(wc -l < knn.txt)" -eq 4 ] || fail "k-NN indices on stdout: $(cat knn.txt)"
@@ -126,8 +126,8 @@ grep -q "3/3 clusters" err.txt || fail "no DBSCAN progress bar on stderr with --
 
 # A progress bar when asked for, on stderr only.
 "$K" --n-samples 20000 --n-clusters 20 --max-iter 30 --tol 0 --progress >out.txt 2>err.txt || fail "progress run"
-grep -q "iterations, centre shift" err.txt || fail "no progress bar on stderr with --progress"
-grep -q "iterations, centre shift" out.txt && fail "the progress bar went to stdout"
+grep -q "iterations, center shift" err.txt || fail "no progress bar on stderr with --progress"
+grep -q "iterations, center shift" out.txt && fail "the progress bar went to stdout"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"

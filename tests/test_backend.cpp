@@ -360,7 +360,7 @@ TEST(ExternalDevice, RefusesIncompleteHandles) {
 namespace {
 
 // KMeans.transform runs on the device: distances from differences, the host's to rounding, exactly 0 where a row
-// is a centre; awkward sizes (rows not a multiple of the workgroup, k not a power of two).
+// is a center; awkward sizes (rows not a multiple of the workgroup, k not a power of two).
 template <class T>
 void transform_matches_host() {
   auto chosen = fresh_device_backend();

@@ -57,8 +57,8 @@ double slack() {
   return std::is_same_v<T, float> ? 1e-3 : 1e-9;
 }
 
-/// k-means, one Lloyd iteration from an array init of random rows: the device's inertia and centres against the
-/// host's, and its labels the nearest centres wherever the two nearest are clearly apart.
+/// k-means, one Lloyd iteration from an array init of random rows: the device's inertia and centers against the
+/// host's, and its labels the nearest centers wherever the two nearest are clearly apart.
 template <class T>
 void kmeans_case(const gpuml::Backend& device, std::mt19937_64& rng, int index) {
   Problem p;
@@ -80,9 +80,9 @@ void kmeans_case(const gpuml::Backend& device, std::mt19937_64& rng, int index) 
   EXPECT_NEAR(dev.inertia(), host.inertia(), slack<T>() * (host.inertia() + unit));
   const Matrix<T>& C = dev.cluster_centers();
   const double cscale = slack<T>() * (p.scale + std::abs(p.offset));
-  // The centres must agree where both engines' first E-step gave the same labels. Their float32 distance formulas
-  // round differently, so a sample whose two nearest distinct centres lie within rounding may take either one, and
-  // a single such sample moves a centre by a large step (or empties a cluster, which relocation then fills with a
+  // The centers must agree where both engines' first E-step gave the same labels. Their float32 distance formulas
+  // round differently, so a sample whose two nearest distinct centers lie within rounding may take either one, and
+  // a single such sample moves a center by a large step (or empties a cluster, which relocation then fills with a
   // different far point). Replay that E-step on the centred data, as fit does, to tell the two cases apart.
   const Eigen::Matrix<T, 1, Eigen::Dynamic> mean = (X.template cast<double>().colwise().sum() / static_cast<double>(p.n)).template cast<T>();
   const Matrix<T> Xc = X.rowwise() - mean, init_c = init.template cast<T>().rowwise() - mean;

@@ -552,12 +552,12 @@ TEST_F(IoTest, OutputThroughASymbolicLinkWritesItsTarget) {
   EXPECT_EQ(fs::read_symlink(dir_ / "out/data.npy"), fs::path("../store/data.npy"));
   EXPECT_TRUE(bitwise_equal(gpuml::read_npy<float>(path("store/data.npy")), new_data));
 
-  fs::create_symlink(dir_ / "store/centres.data", dir_ / "out/centres.csv");  // absolute; the target has no .csv
-  gpuml::write_npy(path("store/centres.data"), old_data);
-  EXPECT_EQ(gpuml::OutputFile(path("out/centres.csv")).target(), path("store/centres.data"));
-  gpuml::write_output(path("out/centres.csv"), [&](const std::string& p) { gpuml::write_matrix(p, new_data); });
-  EXPECT_TRUE(fs::is_symlink(dir_ / "out/centres.csv"));
-  EXPECT_TRUE(bitwise_equal(gpuml::read_csv<float>(path("store/centres.data")), new_data));
+  fs::create_symlink(dir_ / "store/centers.data", dir_ / "out/centers.csv");  // absolute; the target has no .csv
+  gpuml::write_npy(path("store/centers.data"), old_data);
+  EXPECT_EQ(gpuml::OutputFile(path("out/centers.csv")).target(), path("store/centers.data"));
+  gpuml::write_output(path("out/centers.csv"), [&](const std::string& p) { gpuml::write_matrix(p, new_data); });
+  EXPECT_TRUE(fs::is_symlink(dir_ / "out/centers.csv"));
+  EXPECT_TRUE(bitwise_equal(gpuml::read_csv<float>(path("store/centers.data")), new_data));
   EXPECT_TRUE(leftovers(dir_ / "out").empty());
   EXPECT_TRUE(leftovers(dir_ / "store").empty());
 }

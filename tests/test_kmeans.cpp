@@ -63,13 +63,13 @@ Matrix<double> to_double(const Matrix<T>& m) {
   return m.template cast<double>();
 }
 
-/// Well separated blobs: n samples around k random centres in [-scale, scale]^d with uniform noise in [-1, 1].
+/// Well separated blobs: n samples around k random centers in [-scale, scale]^d with uniform noise in [-1, 1].
 template <class T>
 Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt, double scale = 10.0) {
-  const Matrix<double> centres = gpuml::testing::random_matrix<double>(k, d, salt, -scale, scale);
+  const Matrix<double> centers = gpuml::testing::random_matrix<double>(k, d, salt, -scale, scale);
   const Matrix<double> noise = gpuml::testing::random_matrix<double>(n, d, salt + 1);
   Matrix<T> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).template cast<T>();
   return X;
 }
 
@@ -215,7 +215,7 @@ TYPED_TEST(KMeansTest, RelocatesEmptyCluster) {
   FOR_EACH_BACKEND(nb) {
     KMeansParams p;
     p.n_clusters = 2;
-    p.init_centers = mat2({0.5, 0.5, 3, 3}, 2);  // the second centre is empty at the first iteration
+    p.init_centers = mat2({0.5, 0.5, 3, 3}, 2);  // the second center is empty at the first iteration
     KMeans<T> km(p, nb.backend);
     km.fit(four_points<T>());
     EXPECT_NEAR(km.inertia(), 0.25, 1e-6);
@@ -274,7 +274,7 @@ TYPED_TEST(KMeansTest, TolZeroConvergesStrictlyOnBlobs) {
   }
 }
 
-TYPED_TEST(KMeansTest, RefitFromConvergedCentresChangesNothing) {
+TYPED_TEST(KMeansTest, RefitFromConvergedCentersChangesNothing) {
   using T = TypeParam;
   const Matrix<T> X = blobs<T>(500, 4, 5, 21);
   FOR_EACH_BACKEND(nb) {
@@ -292,7 +292,7 @@ TYPED_TEST(KMeansTest, RefitFromConvergedCentresChangesNothing) {
     EXPECT_EQ(to_vec(km2.labels()), to_vec(km1.labels()));
     EXPECT_TRUE(to_double(km2.cluster_centers()).isApprox(to_double(km1.cluster_centers()), 1e-5));
     expect_near_rel(km2.inertia(), km1.inertia(), 1e-5, "inertia");
-    EXPECT_EQ(km2.n_iter(), 1);  // the centre shift is within tol at the first iteration
+    EXPECT_EQ(km2.n_iter(), 1);  // the center shift is within tol at the first iteration
   }
 }
 
@@ -385,7 +385,7 @@ TYPED_TEST(KMeansTest, UnitWeightsEqualNoWeightsAndScaledWeightsGiveSameResult) 
     EXPECT_EQ(unit.cluster_centers(), plain.cluster_centers());
     EXPECT_EQ(unit.inertia(), plain.inertia());
     EXPECT_EQ(unit.n_iter(), plain.n_iter());
-    // Scaling every weight by 0.5 (exact in binary) scales the inertia and keeps labels and centres.
+    // Scaling every weight by 0.5 (exact in binary) scales the inertia and keeps labels and centers.
     scaled.fit(X, Vector<T>::Constant(X.rows(), T(0.5)));
     EXPECT_EQ(to_vec(scaled.labels()), to_vec(plain.labels()));
     EXPECT_TRUE(to_double(scaled.cluster_centers()).isApprox(to_double(plain.cluster_centers()), 1e-5));
@@ -511,7 +511,7 @@ TYPED_TEST(KMeansTest, LabelsEqualPredictTransformAndScore) {
             (X.row(i).template cast<double>() - km.cluster_centers().row(j).template cast<double>()).norm();
         EXPECT_NEAR(D(i, j), want, 1e-5 * (1 + want));
       }
-    // Every label is the nearest centre by transform's distances (up to rounding).
+    // Every label is the nearest center by transform's distances (up to rounding).
     for (Eigen::Index i = 0; i < X.rows(); ++i) {
       const T best = D.row(i).minCoeff();
       EXPECT_LE(D(i, km.labels()[i]), best * (1 + T(1e-4)) + T(1e-6));
@@ -595,11 +595,11 @@ TYPED_TEST(KMeansTest, KMeansPlusPlusPicksDistinctPositiveWeightSamples) {
       Eigen::Index found = -1;
       for (Eigen::Index i = 0; i < n; ++i)
         if (X.row(i) == C1.row(j)) found = i;
-      ASSERT_GE(found, 0) << "centre " << j << " is not a sample";
+      ASSERT_GE(found, 0) << "center " << j << " is not a sample";
       EXPECT_GT(w[found], T(0)) << "zero-weight sample " << found << " chosen";
       chosen.insert(found);
     }
-    EXPECT_EQ(static_cast<int>(chosen.size()), k) << "centres are not distinct";
+    EXPECT_EQ(static_cast<int>(chosen.size()), k) << "centers are not distinct";
   }
 }
 
@@ -902,8 +902,8 @@ TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {
   }
 }
 
-// A model made from saved centres predicts, transforms and scores as the model they came from.
-TYPED_TEST(KMeansTest, ModelFromSavedCentresPredictsAsTheFittedOne) {
+// A model made from saved centers predicts, transforms and scores as the model they came from.
+TYPED_TEST(KMeansTest, ModelFromSavedCentersPredictsAsTheFittedOne) {
   using T = TypeParam;
   const Matrix<T> X = gpuml::testing::random_matrix<T>(613, 7, 141);
   FOR_EACH_BACKEND(nb) {

@@ -1,5 +1,5 @@
 // The bounded k-means E-step (kmeans_lloyd.comp with BOUNDS = 1) against the plain one: every fit, step and
-// labelling must be the same bit for bit (labels, centres, inertia, n_iter, partial sums), on awkward shapes, k and d
+// labelling must be the same bit for bit (labels, centers, inertia, n_iter, partial sums), on awkward shapes, k and d
 // up to 1024, duplicated points (exact ties), data far off the origin, zero weights, steps submitted in parts, and
 // samples streamed from host memory. Each case also checks that the bounded fit kept labels without searching,
 // so a bounded engine that silently fell back to the plain one would fail.
@@ -22,13 +22,13 @@ std::vector<gpuml::testing::NamedBackend> devices() {
   return out;
 }
 
-/// k centres in [-10, 10]^d plus uniform noise of the given spread, shifted by `offset` in every feature.
+/// k centers in [-10, 10]^d plus uniform noise of the given spread, shifted by `offset` in every feature.
 template <class T>
 Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt, double spread, double offset = 0) {
-  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0);
+  const Matrix<double> centers = random_matrix<double>(k, d, salt, -10.0, 10.0);
   const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -spread, spread);
   Matrix<double> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).array() + offset;
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).array() + offset;
   return X.template cast<T>();
 }
 
@@ -66,7 +66,7 @@ void expect_same_fit(const KMeans<T>& plain, const KMeans<T>& bounded, const std
   EXPECT_TRUE(bounded.labels() == plain.labels()) << what;
   ASSERT_EQ(bounded.cluster_centers().size(), plain.cluster_centers().size()) << what;
   EXPECT_EQ(std::memcmp(bounded.cluster_centers().data(), plain.cluster_centers().data(),
-                        sizeof(T) * plain.cluster_centers().size()), 0) << what << ": centres differ";
+                        sizeof(T) * plain.cluster_centers().size()), 0) << what << ": centers differ";
   EXPECT_EQ(bounded.inertia(), plain.inertia()) << what;
 }
 
@@ -79,14 +79,14 @@ inline bool skipped_searches(const gpuml::algorithms::StepTimes& times, Eigen::I
 
 TYPED_TEST(KMeansBoundsTest, BoundedFitsAreThePlainFitsBitForBit) {
   using T = TypeParam;
-  // Shapes: resident centres (the seed's d), several feature tiles, centres read from memory (k above a shared
+  // Shapes: resident centers (the seed's d), several feature tiles, centers read from memory (k above a shared
   // tile), d = 1024 and k = 1024, one feature, and the data kinds above.
   const std::vector<Case> cases = {
       {"blobs 20011x14 k=31", 20011, 14, 31, 40, 0, true},
       {"noise 9001x5 k=23", 9001, 5, 23, 25, 1, true},
       {"blobs 7919x33 k=130", 7919, 33, 130, 12, 0, false},
       {"duplicates 6007x6 k=40", 6007, 6, 40, 20, 2, false},
-      {"off-centre 8009x7 k=19", 8009, 7, 19, 25, 3, true},
+      {"off-center 8009x7 k=19", 8009, 7, 19, 25, 3, true},
       {"one feature 5003x1 k=9", 5003, 1, 9, 25, 1, false},
       {"d=1024 1031x1024 k=16", 1031, 1024, 16, 10, 1, false},
       {"k=1024 6151x16 k=1024", 6151, 16, 1024, 12, 1, false},
@@ -180,7 +180,7 @@ TYPED_TEST(KMeansBoundsTest, BoundedStepsAreThePlainStepsInPartsToo) {
       ASSERT_TRUE(plain.labels() == bounded.labels()) << "step " << step;
       for (std::uint32_t j = 0; j < k; ++j)
         if (weights_plain[j] > 0) C.row(j) = sums_plain.row(j) / weights_plain[j];
-      if (step == 6) {  // centres that jump: most bounds fail at once
+      if (step == 6) {  // centers that jump: most bounds fail at once
         C.row(0) = X.row(n - 1);
         C.row(1) = X.row(n - 2);
       }

@@ -1,6 +1,6 @@
 // The Vulkan k-means engine against the host engine and an independent double-precision reference: awkward sizes,
 // large k and d (partial sums in global memory, several feature tiles), data above one storage-buffer binding,
-// and bitwise-identical repeated fits. k-means++ seeding on the device against the host engine: the same centres
+// and bitwise-identical repeated fits. k-means++ seeding on the device against the host engine: the same centers
 // for the same seed, zero weights, data split across chunks, repeatability.
 #include "support.hpp"
 
@@ -26,17 +26,17 @@ std::vector<gpuml::testing::NamedBackend> devices() {
   return out;
 }
 
-/// Blobs: k well-separated centres in d dimensions plus uniform noise of the given spread.
+/// Blobs: k well-separated centers in d dimensions plus uniform noise of the given spread.
 template <class T>
 Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt, double spread = 0.3) {
-  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0);
+  const Matrix<double> centers = random_matrix<double>(k, d, salt, -10.0, 10.0);
   const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -spread, spread);
   Matrix<T> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).template cast<T>();
   return X;
 }
 
-/// Checks labels against the nearest centre in double precision wherever the two nearest are clearly apart.
+/// Checks labels against the nearest center in double precision wherever the two nearest are clearly apart.
 template <class T>
 void expect_nearest(const Matrix<T>& X, const Matrix<T>& C, const Labels& labels, double rel_gap) {
   Eigen::Index checked = 0;
@@ -58,7 +58,7 @@ void expect_nearest(const Matrix<T>& X, const Matrix<T>& C, const Labels& labels
       ++checked;
     }
   }
-  EXPECT_GT(checked, X.rows() / 2) << "too few samples had a clear nearest centre to check";
+  EXPECT_GT(checked, X.rows() / 2) << "too few samples had a clear nearest center to check";
 }
 
 /// Blobs on an integer lattice with integer noise in {-1, 0, 1}: with integer weights up to 3 every distance, mass,
@@ -67,10 +67,10 @@ void expect_nearest(const Matrix<T>& X, const Matrix<T>& C, const Labels& labels
 /// differently from the host's double sums, so a draw may rarely land on a neighbouring sample.)
 template <class T>
 Matrix<T> lattice_blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
-  const Matrix<double> centres = random_matrix<double>(k, d, salt, -2.0, 3.0).array().floor() * 4.0;
+  const Matrix<double> centers = random_matrix<double>(k, d, salt, -2.0, 3.0).array().floor() * 4.0;
   const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -1.0, 2.0).array().floor();
   Matrix<T> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).template cast<T>();
   return X;
 }
 
@@ -239,7 +239,7 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
   for (const auto& dev : devices()) {
     const Eigen::Index n = 30011, d = 9;
     const std::uint32_t k = 17;
-    const Matrix<T> X = random_matrix<T>(n, d, 700, -1.0, 1.0);  // no clusters: centres keep moving for many steps
+    const Matrix<T> X = random_matrix<T>(n, d, 700, -1.0, 1.0);  // no clusters: centers keep moving for many steps
     const Eigen::VectorX<T> w = (random_matrix<T>(n, 1, 701, 0.5, 2.0)).col(0);
     using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
     Engine whole(*dev.backend.device(), X, w.data(), k), parted(*dev.backend.device(), X, w.data(), k);
@@ -270,7 +270,7 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
 // The partial sums on lattice data with integer weights, where every sum is exact in float: the engine's sums and
 // weights per cluster equal the host's from the engine's own labels, whichever way the kernel walks a batch of
 // samples (one owner per cluster; (cluster, feature) pairs for a crowded batch, for more clusters than threads, and
-// for wide rows), plain and bounded, over steps whose centres move and after a labelling-only step. A member added
+// for wide rows), plain and bounded, over steps whose centers move and after a labelling-only step. A member added
 // twice or missed, or a workgroup's stale sums, shows.
 TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
   using T = TypeParam;
@@ -289,7 +289,7 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
         Matrix<T> C = X.topRows(shape.k), sums;
         Eigen::VectorX<T> weights;
         for (int step = 0; step < 3; ++step) {
-          // Before the last step a labelling-only step with other centres, then the step with those centres: the
+          // Before the last step a labelling-only step with other centers, then the step with those centers: the
           // labels the first changed must still count as changed for the second's sums (the bounded step adds
           // again only workgroups where a label changed), though the second changes none.
           if (step == 2) {
@@ -308,7 +308,7 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
                                     " k=" + std::to_string(shape.k) + " step " + std::to_string(step);
           ASSERT_TRUE(sums.template cast<double>() == expected_sums) << where;
           ASSERT_TRUE(weights.template cast<double>() == expected_weights) << where;
-          // Integer centres keep every later distance exact as well.
+          // Integer centers keep every later distance exact as well.
           for (std::uint32_t j = 0; j < shape.k; ++j)
             if (weights[j] > 0) C.row(j) = (sums.row(j) / weights[j]).array().round().matrix();
         }
@@ -372,10 +372,10 @@ TEST(KMeansDevice, DataAboveOneBindingIsSplit) {
     Eigen::Index differ = 0;
     for (Eigen::Index i = 0; i < n; ++i) differ += gpu.labels()[i] != host.labels()[i];
     EXPECT_EQ(differ, 0);
-    // The last samples sit in the last buffer: their labels are the nearest centres too.
+    // The last samples sit in the last buffer: their labels are the nearest centers too.
     expect_nearest<float>(X.bottomRows(5000), gpu.cluster_centers(), gpu.labels().tail(5000), 1e-4);
     // k-means++ over the split data, on integer-valued samples so that the sums are exact (see lattice_blobs):
-    // the host's centres.
+    // the host's centers.
     const Matrix<float> Xi = X.array().round().matrix();
     const Eigen::VectorXf w = Eigen::VectorXf::Ones(n);
     const std::uint64_t seed = gpuml::testing::test_seed() + 601;
@@ -397,9 +397,9 @@ TYPED_TEST(KMeansDeviceTest, PlusPlusMatchesHostOnExactData) {
       const Matrix<T> gpu = device_plus_plus<T>(dev, X, w, s.k, seed);
       EXPECT_EQ(gpu, host_plus_plus<T>(X, w, s.k, seed)) << "n=" << s.n << " d=" << s.d << " k=" << s.k;
       for (int j = 0; j < s.k; ++j) {
-        bool positive = false;  // some copy of the centre has positive weight (the lattice repeats points)
+        bool positive = false;  // some copy of the center has positive weight (the lattice repeats points)
         for (Eigen::Index i = 0; i < s.n; ++i) positive = positive || (X.row(i) == gpu.row(j) && w[i] > 0);
-        EXPECT_TRUE(positive) << "centre " << j << " is not a sample of positive weight";
+        EXPECT_TRUE(positive) << "center " << j << " is not a sample of positive weight";
       }
     }
   }
@@ -414,16 +414,16 @@ TYPED_TEST(KMeansDeviceTest, PlusPlusMatchesHostOnSeparatedBlobs) {
     const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 711, 0.5, 2.0).col(0);
     const std::uint64_t seed = gpuml::testing::test_seed() + 712;
     const Matrix<T> gpu = device_plus_plus<T>(dev, X, w, k, seed), host = host_plus_plus<T>(X, w, k, seed);
-    // Greedy k-means++ puts one centre in each blob (sample i belongs to blob i % k).
+    // Greedy k-means++ puts one center in each blob (sample i belongs to blob i % k).
     std::set<Eigen::Index> blobs_hit;
     for (int j = 0; j < k; ++j) {
       const Eigen::Index i = row_of<T>(X, gpu.row(j));
-      ASSERT_GE(i, 0) << "centre " << j << " is not a sample";
+      ASSERT_GE(i, 0) << "center " << j << " is not a sample";
       blobs_hit.insert(i % k);
     }
     EXPECT_EQ(static_cast<int>(blobs_hit.size()), k);
-    // double: rounding differences are far below any gap between draws or potentials, so the centres are the host's.
-    // float: the block sums round on the device (see lattice_blobs), so only the first centre is certain.
+    // double: rounding differences are far below any gap between draws or potentials, so the centers are the host's.
+    // float: the block sums round on the device (see lattice_blobs), so only the first center is certain.
     if (std::is_same_v<T, double>) {
       EXPECT_EQ(gpu, host);
     }
@@ -458,7 +458,7 @@ TYPED_TEST(KMeansDeviceTest, PlusPlusChoosesOnlyPositiveWeights) {
   }
 }
 
-// Chunks of whole sampling blocks (forced small here; above one binding on real data): the same centres as the host
+// Chunks of whole sampling blocks (forced small here; above one binding on real data): the same centers as the host
 // engine and as one chunk. The second shape has more sampling blocks than workgroups per dispatch.
 TYPED_TEST(KMeansDeviceTest, PlusPlusAcrossChunks) {
   using T = TypeParam;
@@ -508,7 +508,7 @@ TYPED_TEST(KMeansDeviceTest, ShiftedUploadIsTheHostsCentring) {
 }
 
 // Lloyd and k-means++ on a shifted view give what they give on the centred copy, bit for bit: the same labels,
-// centres, inertia and draws, including fits whose clusters empty and are refilled from the shifted rows.
+// centers, inertia and draws, including fits whose clusters empty and are refilled from the shifted rows.
 TYPED_TEST(KMeansDeviceTest, ShiftedSamplesFitAsTheCentredCopy) {
   using T = TypeParam;
   for (const auto& dev : devices()) {
@@ -519,7 +519,7 @@ TYPED_TEST(KMeansDeviceTest, ShiftedSamplesFitAsTheCentredCopy) {
     const Eigen::Matrix<T, 1, Eigen::Dynamic> shift = X.colwise().mean();
     const Matrix<T> Xc = X.rowwise() - shift;
     const gpuml::ShiftedView<T> shifted(X, shift.data());
-    // Twelve centres for nine blobs, three of them far away: those clusters empty in the first step.
+    // Twelve centers for nine blobs, three of them far away: those clusters empty in the first step.
     Matrix<T> init = Xc.topRows(12);
     init.bottomRows(3).array() += T(1e4);
     for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::automatic}) {
@@ -530,7 +530,7 @@ TYPED_TEST(KMeansDeviceTest, ShiftedSamplesFitAsTheCentredCopy) {
       EXPECT_EQ(a.inertia, b.inertia);
       EXPECT_EQ(a.n_iter, b.n_iter);
       EXPECT_GT(a.n_iter, 2);
-      EXPECT_LT(a.centers.cwiseAbs().maxCoeff(), T(1e3)) << "the far centres' clusters were not refilled";
+      EXPECT_LT(a.centers.cwiseAbs().maxCoeff(), T(1e3)) << "the far centers' clusters were not refilled";
     }
     const std::uint64_t seed = gpuml::testing::test_seed() + 772;
     gpuml::algorithms::NumpyRandomState r1(seed), r2(seed);
@@ -646,7 +646,7 @@ TEST(KMeansDevice, ThreadsShareOneDevice) {
 // Fits with many distinct k specialise as many pipelines; the device keeps a bounded number of them (a process
 // fitting 200 shapes grew by hundreds of MB when every pipeline was kept). A second pass over the same shapes, after
 // their pipelines were released, must give the first pass's results bit for bit: rebuilt pipelines are the same.
-// (Against the host only the nearest-centre property holds: with up to 40 clusters on 211 samples, float32 near-ties
+// (Against the host only the nearest-center property holds: with up to 40 clusters on 211 samples, float32 near-ties
 // go either way between engines, and lavapipe's reduction order follows the CPU's vector width.)
 TEST(KMeansDevice, PipelinesOfManyShapesAreNotAllKept) {
   for (const auto& dev : devices()) {
@@ -684,8 +684,8 @@ TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
   for (const auto& dev : devices()) {
     for (const Eigen::Index k : {Eigen::Index(2047), Eigen::Index(2048)}) {
       // Integer rows and their negations: the mean is exactly zero, so centring changes nothing, and every squared
-      // distance to the initial centres (samples themselves) is exact in float32; both engines make the same first
-      // assignment, ties to the lower index included. One iteration: the final labels against the averaged centres
+      // distance to the initial centers (samples themselves) is exact in float32; both engines make the same first
+      // assignment, ties to the lower index included. One iteration: the final labels against the averaged centers
       // may still differ on a float32 near-tie, which moves the inertia only by that tie's rounding gap (a second
       // iteration would move whole two-sample clusters).
       const Matrix<T> A = random_matrix<T>(k + 3, 3, 800 + k, -1000.0, 1000.0).array().round().matrix();
@@ -711,7 +711,7 @@ TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
 }
 
 // Rows sharded across several logical devices (the device under test opened two and three times): the same
-// labels, n_iter and (to float32 rounding of the partial sums) centres and inertia as on one device; a one-device
+// labels, n_iter and (to float32 rounding of the partial sums) centers and inertia as on one device; a one-device
 // list is that device exactly. Awkward row counts, so the shards differ in size.
 TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFit) {
   using T = TypeParam;

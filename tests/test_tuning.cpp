@@ -202,7 +202,7 @@ TEST(KMeansTile, CatalogueTilesRunTheirClassAndCheckedLimitsHold) {
   gpu = fake_gpu();
   EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 8, 8, 32, 128}, 127, 64), "") << "register tile";
   EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {100, 4, 8, 16, 128}, 127, 14), "") << "threads";
-  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 100}, 127, 14), "") << "centre tile";
+  EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 100}, 127, 14), "") << "center tile";
   // Subgroup sizes: only within the device's range, with subgroup size control, and the workgroup bound.
   EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 32}, 127, 14), "");
   EXPECT_NE(gpuml::kmeans_tile_misfit<float>(gpu, {128, 4, 8, 16, 128, 16}, 127, 14), "");
@@ -218,7 +218,7 @@ TEST(KMeansTile, CatalogueTilesRunTheirClassAndCheckedLimitsHold) {
   cpu.type = DeviceType::cpu;
   EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(cpu, gpuml::kmeans_catalogue_tile(cpu), 127, 14), "");
   EXPECT_NE(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 8, 16, 128}, 127, 14), "");
-  // ... nor more centre x feature tiles per sample tile than llvmpipe's shared loop limiter leaves room for.
+  // ... nor more center x feature tiles per sample tile than llvmpipe's shared loop limiter leaves room for.
   EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 4, 4, 128}, 256, 64), "");
   EXPECT_NE(gpuml::kmeans_tile_misfit<float>(cpu, {128, 4, 4, 4, 128}, 1024, 1024).find("loop limit"), std::string::npos);
   EXPECT_EQ(gpuml::kmeans_tile_misfit<float>(fake_gpu(), {128, 4, 4, 4, 128}, 1024, 1024), "");
@@ -283,7 +283,7 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
 
   CapturedWarnings warnings;
   EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{1024, 1, 8, 16, 128}));
-  // 1024 threads cannot run 127 centres' masks beside centres in 8 KiB of shared memory: quietly the catalogue.
+  // 1024 threads cannot run 127 centers' masks beside centers in 8 KiB of shared memory: quietly the catalogue.
   DeviceInfo small = gpu;
   small.max_shared_memory = 8 * 1024;
   ASSERT_TRUE(gpuml::kmeans_can_implement<float>(small, catalogue, 127, 14));
@@ -326,7 +326,7 @@ TEST(TilePolicy, CanImplementSaysWhyAndTheResolverFallsToTheCatalogue) {
   DeviceInfo small = fake_gpu();
   small.max_shared_memory = 8 * 1024;
   std::string why;
-  // k-means: a 1024-thread tile cannot hold 127 centres' masks in 8 KiB (plan_lloyd's limit, reported, not thrown).
+  // k-means: a 1024-thread tile cannot hold 127 centers' masks in 8 KiB (plan_lloyd's limit, reported, not thrown).
   EXPECT_FALSE((k::can_implement<gpuml::KMeansTileTraits, float>(small, {1024, 1, 8, 16, 128}, {127, 14}, &why)));
   EXPECT_FALSE(why.empty());
   EXPECT_TRUE((k::can_implement<gpuml::KMeansTileTraits, float>(fake_gpu(), {128, 4, 8, 16, 128}, {127, 14}, &why))) << why;
@@ -468,7 +468,7 @@ TEST(Tuner, UnrunnableCandidateIsRejectedAndNeverDispatched) {
   auto device = test_device();
   if (!device) GTEST_SKIP() << "no Vulkan device";
   const std::string shape = "d<=32,k>128";  // k = 512
-  const KMeansTileParams unrunnable{1024, 1, 1, 16, 128};  // 1024 threads' masks for 512 centres: 64 KiB shared
+  const KMeansTileParams unrunnable{1024, 1, 1, 16, 128};  // 1024 threads' masks for 512 centers: 64 KiB shared
   ASSERT_FALSE(gpuml::kmeans_can_implement<float>(device->info(), unrunnable, 512, 16));
 
   std::vector<tuning::Params> timed;
@@ -645,12 +645,12 @@ TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
   ASSERT_TRUE(winner);
   EXPECT_EQ(gpuml::kmeans_default_policy::params<float>(info, 127, 14), *winner);
 
-  // The winner's, the catalogue's and the worst tile's fits agree: separated blobs, the same initial centres.
+  // The winner's, the catalogue's and the worst tile's fits agree: separated blobs, the same initial centers.
   const Eigen::Index n = 3000, d = 14, k = 127;
-  const Matrix<double> centres = gpuml::testing::random_matrix<double>(k, d, 71, -10.0, 10.0);
+  const Matrix<double> centers = gpuml::testing::random_matrix<double>(k, d, 71, -10.0, 10.0);
   const Matrix<double> noise = gpuml::testing::random_matrix<double>(n, d, 72, -0.3, 0.3);
   Matrix<float> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).cast<float>();
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).cast<float>();
   const Matrix<float> init = X.topRows(k);
   const gpuml::Vector<float> w = gpuml::Vector<float>::Ones(n);
   const auto tuned = gpuml::kernels::lloyd<float, gpuml::kmeans_default_policy>(*device, X, w, init, 20, 0.0, false);

@@ -2,8 +2,8 @@
 
 Parameters are validated by scikit-learn's own code with its messages; then X goes to the library as it is (a
 C-contiguous float32/float64 array or a memory-mapped .npy, never copied or centred on the host), and the library
-checks it, centres it as it uploads it, draws the starting centres of every n_init run from numpy's random stream in
-the RandomState's own state (so the starting centres are scikit-learn's for the same random_state, computed on the
+checks it, centers it as it uploads it, draws the starting centers of every n_init run from numpy's random stream in
+the RandomState's own state (so the starting centers are scikit-learn's for the same random_state, computed on the
 device), runs the Lloyd iterations with scikit-learn's relocation and tolerance, and keeps the best run by
 scikit-learn's rule. The RandomState is left advanced as scikit-learn's fit leaves it. A callable init runs on the
 host as scikit-learn calls it. algorithm="elkan" runs the same Lloyd iterations: Elkan's method returns Lloyd's

@@ -45,7 +45,7 @@ gpuml::KMeansParams kmeans_params(int n_clusters, const std::string& init, const
 }
 
 /// gpuml::fit_kmeans, the library's one k-means fit, on X as it is (no copy, no centred copy), drawing the starting
-/// centres from numpy's stream in the given state: (labels, inertia, centers, n_iter, statistics, key, pos,
+/// centers from numpy's stream in the given state: (labels, inertia, centers, n_iter, statistics, key, pos,
 /// warnings), key and pos the stream's state after the fit.
 template <class T>
 nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, int n_clusters, const std::string& init,
@@ -96,7 +96,7 @@ nb::tuple starting_samples(In2<T> X, std::optional<In1<T>> sample_weight, int n_
                         random.pos(), warnings);
 }
 
-/// Labels of X's rows by nearest centre: (labels, warnings).
+/// Labels of X's rows by nearest center: (labels, warnings).
 template <class T>
 nb::tuple predict(In2<T> X, In2<T> centers, const std::string& device) {
   std::vector<std::string> warnings;

@@ -85,9 +85,9 @@ def test_kmeans_matches_sklearn(rng, device, dtype, n, d, k, init):
         np.testing.assert_allclose(ours.score(Y), ref.score(Y), rtol=rtol)
         return
     # float32: gpuml forms distances from differences, scikit-learn from norms and products, and the two round
-    # differently; a sample within that rounding of two centres can go either way, and the runs then part a little.
+    # differently; a sample within that rounding of two centers can go either way, and the runs then part a little.
     # Such samples are few, and each lies on the border of gpuml's cluster and the one scikit-learn put it in (a
-    # sample inside another blob would be several times farther from that cluster's centre).
+    # sample inside another blob would be several times farther from that cluster's center).
     differ, back = _mismatches(ours.labels_, ref.labels_)
     assert differ.sum() <= max(1, n // 100), f"{differ.sum()} of {n} labels differ"
     X64, centers = X.astype(np.float64), ours.cluster_centers_.astype(np.float64)

@@ -1,4 +1,4 @@
-"""gpuml.KMeans's fit in the library: scikit-learn's starting centres from numpy's stream, one upload for every
+"""gpuml.KMeans's fit in the library: scikit-learn's starting centers from numpy's stream, one upload for every
 n_init run, and the RandomState left as scikit-learn leaves it."""
 
 import numpy as np
@@ -64,7 +64,7 @@ def test_starting_samples_are_sklearns(rng, device, dtype, init):
 
 
 def test_fit_starts_where_sklearn_starts(rng, device):
-    """max_iter=1 from the same starting centres gives scikit-learn's first iteration; the RandomState advances as
+    """max_iter=1 from the same starting centers gives scikit-learn's first iteration; the RandomState advances as
     scikit-learn's does."""
     X = _data(rng, 1531, 6, np.float64)
     ours_state, their_state = np.random.RandomState(11), np.random.RandomState(11)

@@ -32,13 +32,13 @@ int ranks() {
   return s;
 }
 
-/// Blobs: k centres far apart, uniform noise.
+/// Blobs: k centers far apart, uniform noise.
 template <class T>
 Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
-  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0);
+  const Matrix<double> centers = random_matrix<double>(k, d, salt, -10.0, 10.0);
   const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -0.3, 0.3);
   Matrix<T> X(n, d);
-  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+  for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).template cast<T>();
   return X;
 }
 
@@ -48,11 +48,11 @@ Matrix<T> blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t sa
 /// for bit, and any difference is a fault of the distribution, not rounding.
 template <class T>
 Matrix<T> integer_blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
-  const Matrix<double> centres = random_matrix<double>(k, d, salt, -10.0, 10.0).array().round().matrix();
+  const Matrix<double> centers = random_matrix<double>(k, d, salt, -10.0, 10.0).array().round().matrix();
   const Matrix<double> noise = random_matrix<double>(n, d, salt + 1, -2.49, 2.49).array().round().matrix();
   Matrix<T> X = Matrix<T>::Zero(n, d);
   for (Eigen::Index i = 0; i < n / 2; ++i) {
-    X.row(i) = (centres.row(i % k) + noise.row(i)).template cast<T>();
+    X.row(i) = (centers.row(i % k) + noise.row(i)).template cast<T>();
     X.row(n - 1 - i) = -X.row(i);
   }
   return X;
@@ -73,9 +73,9 @@ std::pair<Eigen::Index, Eigen::Index> shard(Eigen::Index n, bool leave_last_empt
 std::vector<gpuml::testing::NamedBackend> rank_backends() { return gpuml::testing::backends(); }
 
 /// A distributed fit against one process's fit on the same engine. `exact`: integer data, where nothing rounds
-/// differently, so labels, centres and n_iter are the same bit for bit (the inertia, a sum of non-integers over
-/// rows, is within rounding). Otherwise centres are within the rounding of the ranks' partial sums, and labels
-/// agree (the host's exactly; a device's may differ only for a sample whose two centres are within that rounding).
+/// differently, so labels, centers and n_iter are the same bit for bit (the inertia, a sum of non-integers over
+/// rows, is within rounding). Otherwise centers are within the rounding of the ranks' partial sums, and labels
+/// agree (the host's exactly; a device's may differ only for a sample whose two centers are within that rounding).
 template <class T>
 void expect_same_fit(const gpuml::testing::NamedBackend& b, const Matrix<T>& X, Eigen::Index first, Eigen::Index rows,
                      const gpuml::mpi::KMeans<T>& many, const gpuml::KMeans<T>& one, bool exact, const std::string& what) {
@@ -85,7 +85,7 @@ void expect_same_fit(const gpuml::testing::NamedBackend& b, const Matrix<T>& X, 
   EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << what;
   if (exact) {
     EXPECT_TRUE(many.labels() == expected) << what;
-    EXPECT_TRUE(many.cluster_centers() == one.cluster_centers()) << what << ": centres differ by "
+    EXPECT_TRUE(many.cluster_centers() == one.cluster_centers()) << what << ": centers differ by "
         << (many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff();
     return;
   }
@@ -115,7 +115,7 @@ using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(DistributedKMeans, Scalars);
 
 // The distributed fit against one process's fit of all rows on the same engine: labels of this rank's rows,
-// centres, inertia, n_iter. Empty clusters (two initial centres far from every sample) are relocated across ranks
+// centers, inertia, n_iter. Empty clusters (two initial centers far from every sample) are relocated across ranks
 // as in one process (integer distances tie often: the higher global index goes first on every rank).
 // Integer data (integer_blobs): the same bit for bit. Real data: the ranks' partial sums round differently.
 TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
@@ -142,7 +142,7 @@ TYPED_TEST(DistributedKMeans, MatchesOneProcess) {
           const std::string what = b.name + (integers ? " integers" : " reals") + (last_empty ? " last shard empty" : "") +
                                    (with_empty_clusters ? " relocation" : "");
           expect_same_fit(b, X, first, rows, many, one, integers, what);
-          if (integers)  // the same centres: each rank's predict is one process's on its rows
+          if (integers)  // the same centers: each rank's predict is one process's on its rows
             EXPECT_TRUE(many.predict(X.middleRows(first, rows)) == one.predict(X).segment(first, rows)) << what;
         }
       }

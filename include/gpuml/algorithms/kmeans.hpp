@@ -31,7 +31,7 @@
 
 namespace gpuml {
 
-/// The E-step a device runs. Every choice returns the same labels, centres, inertia and n_iter, bit for bit.
+/// The E-step a device runs. Every choice returns the same labels, centers, inertia and n_iter, bit for bit.
 enum class KMeansEStep {
   automatic,  ///< bounded where it pays (GPUs), unless Config::kmeans_bounds is off
   plain,      ///< every distance of every iteration (for comparison)
@@ -74,7 +74,7 @@ inline void check_kmeans_params(const KMeansParams& p) {
     throw invalid_input("tol must be a finite number >= 0, got " + std::to_string(p.tol));
   if (p.n_init < 0) throw invalid_input("n_init must be >= 1 (or 0 for \"auto\"), got " + std::to_string(p.n_init));
   if (!p.init_centers && p.init != "k-means++" && p.init != "random")
-    throw invalid_input("init must be \"k-means++\", \"random\" or an array of initial centres, got \"" + p.init +
+    throw invalid_input("init must be \"k-means++\", \"random\" or an array of initial centers, got \"" + p.init +
                         "\"");
 }
 
@@ -184,11 +184,11 @@ struct StepTimes {
   double labels_ms = 0;                 ///< E-steps that only label (the final one, predict)
   int e_steps = 0, label_steps = 0;
   std::vector<double> e_step_each_ms;   ///< per iteration, in order
-  /// The bounded E-step's samples searched over all centres, per iteration (the rest kept their labels on the
+  /// The bounded E-step's samples searched over all centers, per iteration (the rest kept their labels on the
   /// bounds alone); empty for the plain E-step.
   std::vector<std::uint64_t> e_step_searched;
   /// The bounded E-step's three dispatches summed over its steps with partial sums (device time, where whole
-  /// steps were timed): checking the bounds (with the centres' upload), searching, adding the partial sums.
+  /// steps were timed): checking the bounds (with the centers' upload), searching, adding the partial sums.
   double check_ms = 0, search_ms = 0, sums_ms = 0;
   int stage_timed_steps = 0;
 };
@@ -262,7 +262,7 @@ inline std::string py_repr(double v) {
   return neg ? "-" + out : out;
 }
 
-/// Squared distance of one row to one centre, accumulated in T from differences (exact 0 when x == c).
+/// Squared distance of one row to one center, accumulated in T from differences (exact 0 when x == c).
 template <class T>
 inline T sq_dist(const T* x, const T* c, std::int64_t d) {
   T s = 0;
@@ -273,7 +273,7 @@ inline T sq_dist(const T* x, const T* c, std::int64_t d) {
   return s;
 }
 
-/// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old centre move to the empty
+/// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old center move to the empty
 /// clusters, in increasing cluster order; sums/weights are the un-averaged accumulators.
 template <class T>
 void relocate_empty_clusters(const ShiftedView<T>& X, const VectorView<T>& w, const Matrix<T>& centers_old,
@@ -336,7 +336,7 @@ void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
 /// their E-steps at once, one thread each, and their per-cluster sums and weights are added in float64 in shard
 /// order, then rounded to T. With one shard it is that shard exactly; with several, the sums differ from one
 /// engine's by the rounding of each shard's partial sums (a few units in the last place of T per cluster), so
-/// labels agree except where a sample is within that rounding of two centres.
+/// labels agree except where a sample is within that rounding of two centers.
 template <class Engine, class T>
 class ShardedLloydEngine {
  public:
@@ -401,7 +401,7 @@ class ShardedLloydEngine {
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:
-///   bool e_step(C, sums, weights)  labels by nearest centre, per-cluster weighted sums and weights; true when a
+///   bool e_step(C, sums, weights)  labels by nearest center, per-cluster weighted sums and weights; true when a
 ///                                  label changed (always on the first call)
 ///   const Labels& labels()         the current labels
 ///   void assign(C)                 an E-step without sums (the final one)
@@ -566,7 +566,7 @@ class Cumsum {
   std::vector<double> ends_;
 };
 
-/// numpy's RandomState.choice(n, p=masses / total) for one draw (k-means++'s first centre): the cumulative sum of
+/// numpy's RandomState.choice(n, p=masses / total) for one draw (k-means++'s first center): the cumulative sum of
 /// p in double divided by its last value, searched on the right for one random_sample().
 template <class Masses>
 std::int64_t choice(Masses& m, std::int64_t n, NumpyRandomState& random) {
@@ -630,19 +630,19 @@ class WeightMasses {
 };
 
 /// scikit-learn's _kmeans_plusplus (greedy) on centred data, drawing from numpy's stream as scikit-learn does, for
-/// any engine that keeps closest_i, each sample's squared distance to its nearest centre so far, and provides:
-///   void start(c)                        closest = ||x - c||^2 for the first centre (a 1 x d matrix)
+/// any engine that keeps closest_i, each sample's squared distance to its nearest center so far, and provides:
+///   void start(c)                        closest = ||x - c||^2 for the first center (a 1 x d matrix)
 ///   std::vector<double> potentials(cand) per candidate row: sum_i w_i min(closest_i, ||x_i - cand||^2)
 ///   void keep(t)                         closest = min(closest, ||x - cand_t||^2) for the last potentials' candidates
 ///   the sampling masses w_i * closest_i in blocks, as Cumsum reads them
-/// The first centre is random_state.choice(n, p=w / sum(w)); then each round draws 2 + int(log k) candidates at
+/// The first center is random_state.choice(n, p=w / sum(w)); then each round draws 2 + int(log k) candidates at
 /// uniform() * current_pot in the cumulative masses and keeps the one of lowest potential (the first on ties, as
 /// np.argmin). Potentials are rounded to T, as scikit-learn's are T. scikit-learn sums the potentials with BLAS in T,
 /// the engines in double: a draw differs only where its target falls within that rounding of a boundary.
 ///
 /// `first_masses` are the masses of the first draw (the weights, as WeightMasses) of n samples and rows(ids) returns
 /// the drawn samples as rows; the overload below takes them from X and w. `chosen`, where given, receives the
-/// indices of the samples kept as centres (scikit-learn's kmeans_plusplus returns them). Shards of one data set (one per MPI rank) pass
+/// indices of the samples kept as centers (scikit-learn's kmeans_plusplus returns them). Shards of one data set (one per MPI rank) pass
 /// masses and rows that span every shard.
 template <class T, class Engine, class FirstMasses, class Rows>
   requires PlusPlusEngine<Engine, T>

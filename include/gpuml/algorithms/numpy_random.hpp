@@ -1,5 +1,5 @@
 // numpy's legacy random stream (numpy.random.RandomState: MT19937 with its seeding and random_sample), the stream
-// scikit-learn draws k-means' starting centres from. A fit seeded with random_state = s draws the numbers that
+// scikit-learn draws k-means' starting centers from. A fit seeded with random_state = s draws the numbers that
 // numpy.random.RandomState(s) draws, so C++, MPI and Python fits with one seed start alike; a Python caller with a
 // RandomState object of its own passes that object's state in and takes the advanced state back.
 #pragma once

@@ -17,7 +17,7 @@ namespace gpuml {
 /// (negative) makes the total -1 for good, so a total is either the sum of every reading or says that there is none.
 inline void add_device_ms(double& total, double ms) { total = ms < 0 || total < 0 ? -1.0 : total + ms; }
 
-/// One finished Lloyd iteration: its 0-based number, the fit's max_iter, and the squared centre shift it made
+/// One finished Lloyd iteration: its 0-based number, the fit's max_iter, and the squared center shift it made
 /// (scikit-learn's center_shift_tot, which the tolerance bounds).
 struct LloydIteration {
   int iteration = 0;

@@ -1,6 +1,6 @@
 // KMeans with scikit-learn's semantics (Lloyd, greedy k-means++ / random / array init, n_init restarts, relative tol,
 // centring, empty-cluster relocation): the model of the last fit, made by fit_kmeans (estimators/kmeans_fit.hpp,
-// the one fit driver), and predict, transform and score on its centres.
+// the one fit driver), and predict, transform and score on its centers.
 #pragma once
 
 #include <gpuml/core/backend.hpp>
@@ -47,7 +47,7 @@ class KMeans {
   }
 
  public:
-  /// Makes this a fitted model with the given centres (k x d, from an earlier fit: a saved model, an unpickled
+  /// Makes this a fitted model with the given centers (k x d, from an earlier fit: a saved model, an unpickled
   /// one): predict, transform and score use them. labels() is then empty, inertia() NaN and n_iter() 0, as there
   /// was no fit on data. Refused (and nothing changed) for an empty or non-finite matrix.
   KMeans& set_cluster_centers(MatrixView<T> centers) {

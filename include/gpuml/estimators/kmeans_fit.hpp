@@ -1,7 +1,7 @@
 // The k-means fit, written once: gpuml::KMeans::fit, the Python package's KMeans.fit and the programs call
 // fit_kmeans. It takes parameters already validated by the caller's own rules (scikit-learn's, for Python) and does
 // the rest as scikit-learn's KMeans.fit does: the input checks, the mean and the tolerance, centring (the engines
-// subtract the mean as they read X: no centred copy), the starting centres of every n_init run from numpy's random
+// subtract the mean as they read X: no centred copy), the starting centers of every n_init run from numpy's random
 // stream, the Lloyd runs with empty-cluster relocation, scikit-learn's rule for the best run, and the final
 // labels. On a device X and the weights are uploaded once and read by every engine of the fit.
 #pragma once
@@ -96,7 +96,7 @@ Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>
       [&] { return host::euclidean_to_centers<T>(X, centers); });
 }
 
-/// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest centre (scikit-learn's score, negated), labels and sum on one
+/// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest center (scikit-learn's score, negated), labels and sum on one
 /// engine.
 template <class T, class Policy>
 double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
@@ -124,7 +124,7 @@ inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
 /// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
 struct FitTimes {
   double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
-  double seeding = 0;     ///< initial centres, every run
+  double seeding = 0;     ///< initial centers, every run
   double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
   double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
   double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
@@ -143,7 +143,7 @@ struct KMeansFit {
   int best_run = 0;                 ///< the run kept (scikit-learn's rule: a lower inertia, not the same clustering)
   int distinct_clusters = 0;        ///< clusters holding a label (scikit-learn warns when fewer than n_clusters)
   int uploads = 0;                  ///< times X went to a device (one per fit and device; 0 on the host)
-  double tol_absolute = 0.0;        ///< the tolerance on the centres' shift (tol times X's mean variance)
+  double tol_absolute = 0.0;        ///< the tolerance on the centers' shift (tol times X's mean variance)
   double iteration_seconds = 0.0;   ///< the kept run's Lloyd iterations alone
   algorithms::StepTimes step_times; ///< the kept run's device timing of its steps
   FitTimes times;
@@ -158,7 +158,7 @@ template <class T>
 struct KMeansInputs {
   Vector<T> unit_weights;  // sized before w refers to it, filled below
   VectorView<T> w;
-  Eigen::Matrix<T, 1, Eigen::Dynamic> mean;  ///< X's column means in T, as scikit-learn centres
+  Eigen::Matrix<T, 1, Eigen::Dynamic> mean;  ///< X's column means in T, as scikit-learn centers
   double tol_absolute = 0;
   int n_init = 1;
 
@@ -226,7 +226,7 @@ class LocalRows {
   }
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
-  /// One run's starting centres (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
+  /// One run's starting centers (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
   Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
                              algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
     if (p.init == "k-means++")
@@ -307,7 +307,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
 }
 
 /// Fits k-means as scikit-learn's KMeans.fit does, on `backend`, and returns the model without keeping anything:
-/// a failure throws and leaves nothing half-made. `random_state` is numpy's stream the starting centres are drawn
+/// a failure throws and leaves nothing half-made. `random_state` is numpy's stream the starting centers are drawn
 /// from (every run draws in turn); it is advanced as numpy's would be. `sample_weight` null means unit weights.
 ///
 /// @code

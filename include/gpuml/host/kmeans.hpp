@@ -1,8 +1,8 @@
 // Host k-means engine (Eigen, multithreaded): Lloyd iterations with scikit-learn's empty-cluster relocation,
-// greedy k-means++ and random seeding, nearest-centre assignment, exact distances and inertia.
+// greedy k-means++ and random seeding, nearest-center assignment, exact distances and inertia.
 //
 // Work is cut into a fixed partition of sample blocks (it depends on n, k, d and the scalar type, never on the
-// thread count); each block accumulates its centre sums privately in T and the blocks are combined in block order,
+// thread count); each block accumulates its center sums privately in T and the blocks are combined in block order,
 // so results are identical for any GPUML_NUM_THREADS. Inside a block, samples go in chunks of 256 (as scikit-learn):
 // one GEMM per chunk gives <x,c>, the argmin of ||c||^2 - 2<x,c> keeps the lowest index on ties.
 #pragma once
@@ -71,7 +71,7 @@ Blocking blocking(std::int64_t n, std::int64_t k, std::int64_t d) {
 
 #if GPUML_HOST_VECTORS
 // Fused distance + argmin over one chunk with vector extensions (host/simd.hpp): the chunk is stored transposed
-// (d x 256) so each vector holds one feature of consecutive samples; 4 centres x 2 vectors of samples stay in
+// (d x 256) so each vector holds one feature of consecutive samples; 4 centers x 2 vectors of samples stay in
 // registers. Built for the baseline ISA and, chosen at run time on x86, for AVX2+FMA (32 bytes).
 #if defined(__clang__)
 #define GPUML_HOST_CONTRACT_FAST _Pragma("clang fp contract(fast)")
@@ -260,18 +260,18 @@ struct ChunkScratch {
   alignas(64) std::int32_t label[kChunk];
 };
 
-/// The centres as the assignment kernels use them: -2 C (row-major, contiguous) and ||c||^2.
+/// The centers as the assignment kernels use them: -2 C (row-major, contiguous) and ||c||^2.
 template <class T>
-struct CentreTerms {
+struct CenterTerms {
   Matrix<T> minus2;
   Vector<T> norms;
-  explicit CentreTerms(const Matrix<T>& C) : minus2(T(-2) * C), norms(C.rowwise().squaredNorm()) {}
+  explicit CenterTerms(const Matrix<T>& C) : minus2(T(-2) * C), norms(C.rowwise().squaredNorm()) {}
 };
 
 /// Labels of rows [begin, begin + m) of X (m <= 256): argmin over j of ||c_j||^2 - 2<x, c_j>, strict <.
 template <class T>
 void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, const Matrix<T>& C,
-                  const CentreTerms<T>& terms, ChunkScratch<T>& s) {
+                  const CenterTerms<T>& terms, ChunkScratch<T>& s) {
   const Eigen::Index k = C.rows(), d = C.cols();
 #if GPUML_HOST_VECTORS
   T* xt = s.xt.data();
@@ -315,14 +315,14 @@ void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, co
 #endif
 }
 
-/// One pass over X with the centres C: labels, and when sums/weights are given the per-cluster weighted sums
+/// One pass over X with the centers C: labels, and when sums/weights are given the per-cluster weighted sums
 /// sum_i w_i x_i and weights sum_i w_i (accumulated in T per block, blocks combined in order). With a `pacer`, the
 /// blocks run in as many consecutive groups as it asks for, with its poll between them (the same blocks and sums).
 template <class T>
 void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>& C, Labels& labels, Matrix<T>* sums,
                  Vector<T>* weights, const KeepGoingPacer* pacer = nullptr) {
   const std::int64_t n = X.rows(), d = X.cols(), k = C.rows();
-  const CentreTerms<T> terms(C);
+  const CenterTerms<T> terms(C);
   const bool update = sums != nullptr;
   const Blocking bl = blocking<T>(n, k, d);
   const std::int64_t acc_size = k * (d + 1);
@@ -370,7 +370,7 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
 
 }  // namespace kmeans_detail
 
-/// Nearest centre of each row (predict): argmin of ||c||^2 - 2<x,c>, lowest index on ties.
+/// Nearest center of each row (predict): argmin of ||c||^2 - 2<x,c>, lowest index on ties.
 template <class T>
 Labels assign(MatrixView<T> X, const Matrix<T>& centers) {
   Labels labels(X.rows());
@@ -397,7 +397,7 @@ double inertia(MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers, const
   return total;
 }
 
-/// Euclidean distances of every row to every centre (transform), from differences: exact 0 when x == c.
+/// Euclidean distances of every row to every center (transform), from differences: exact 0 when x == c.
 template <class T>
 Matrix<T> euclidean_to_centers(MatrixView<T> X, const Matrix<T>& centers) {
   const std::int64_t n = X.rows(), d = X.cols(), k = centers.rows();
@@ -471,10 +471,10 @@ class HostPlusPlus {
         cand_dist_(static_cast<std::size_t>(n_trials) * static_cast<std::size_t>(X.rows())),
         block_sums_(static_cast<std::size_t>((X.rows() + kPlusPlusBlock - 1) / kPlusPlusBlock)) {}
 
-  void start(const Matrix<T>& centre) {
+  void start(const Matrix<T>& center) {
     const std::int64_t d = X_.cols();
     parallel_chunks(X_.rows(), bl_.block, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) closest_[i] = sq_dist(X_.data() + i * X_.outerStride(), centre.data(), d);
+      for (std::int64_t i = b; i < e; ++i) closest_[i] = sq_dist(X_.data() + i * X_.outerStride(), center.data(), d);
     });
     sum_blocks();
   }

@@ -63,7 +63,7 @@ struct LloydPlan {
     namespace shader = lloyd_interface;
     return spec_constants(shader::kSpecCount,
                           {{shader::kSpecThreads, threads}, {shader::kSpecSamplesPerThread, spt},
-                           {shader::kSpecCentresPerThread, kt}, {shader::kSpecCentreTile, ks},
+                           {shader::kSpecCentersPerThread, kt}, {shader::kSpecCenterTile, ks},
                            {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
                            {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
                            {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds}});
@@ -83,7 +83,7 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   pl.d = d;
   pl.loop_guard = info.type == vulkan::DeviceType::cpu ? 1 : 0;
   pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
-  pl.kt = std::min<std::uint32_t>(k, tile.centres_per_thread);
+  pl.kt = std::min<std::uint32_t>(k, tile.centers_per_thread);
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
@@ -106,17 +106,17 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
   // that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
   auto shared_extra_bytes = [](std::uint64_t scalar) { return 6 * scalar + 52 + 12 * 4 * scalar; };
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    // centre tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
+    // center tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
     // clusters with members; the sums; flags and counters
     const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
     return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
            4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) : 0) +
            shared_extra_bytes(s);
   };
-  // All centres resident in shared memory when they fit one tile; otherwise the kernel reads them from global
+  // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
   const std::uint32_t all = (k + pl.kt - 1) / pl.kt * pl.kt;
-  const bool resident = nds == 1 && all <= tile.centre_tile && bytes(all, false) <= info.max_shared_memory;
+  const bool resident = nds == 1 && all <= tile.center_tile && bytes(all, false) <= info.max_shared_memory;
   pl.ks = resident ? all : pl.kt;
   pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
   pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
@@ -181,7 +181,7 @@ class LloydEngine {
     const std::uint64_t per_chunk = std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, partial_budget / n_chunks));
     // Device memory to plan with: what the device reports, capped by Config::device_memory_limit. Samples and
     // weights beyond it stay in pinned host memory; every E-step copies them through two slice buffers
-    // (record_streamed_step); labels, centres and partial sums stay on the device.
+    // (record_streamed_step); labels, centers and partial sums stay on the device.
     auto chunk_groups = [&](std::uint64_t rows) {
       return static_cast<std::uint32_t>(std::min<std::uint64_t>({per_chunk, ceil_div(rows, tile), info.max_workgroup_count[0]}));
     };
@@ -230,10 +230,10 @@ class LloydEngine {
       }
       chunks_.push_back(std::move(c));
     }
-    centres_ = device.buffer(std::uint64_t(k) * d_ * s);
+    centers_ = device.buffer(std::uint64_t(k) * d_ * s);
     norms_ = device.buffer(std::uint64_t(k) * s);
-    // The centres, their norms, and the bounded E-step's drift buffer (kmeans_lloyd.comp).
-    centres_staging_ = device.buffer((row + drift_elements()) * s, vulkan::MemoryUse::upload);
+    // The centers, their norms, and the bounded E-step's drift buffer (kmeans_lloyd.comp).
+    centers_staging_ = device.buffer((row + drift_elements()) * s, vulkan::MemoryUse::upload);
     drift_ = device.buffer(plan_.bounds ? drift_elements() * s : 16);
     unbound_ = device.buffer(16);  // the bounds and list bindings of the plain E-step, which reads nothing there
     partials_ = device.buffer(std::uint64_t(parts_) * row * s);
@@ -274,14 +274,14 @@ class LloydEngine {
     cmds.submit_and_wait();
   }
 
-  /// One E-step with centres C (and, with `update`, the weighted sums and weights per cluster).
+  /// One E-step with centers C (and, with `update`, the weighted sums and weights per cluster).
   /// Returns whether any label changed.
   bool step(const Matrix<T>& C, bool update, Matrix<T>* sums, Vector<T>* weights) {
     const std::uint64_t s = sizeof(T), kd = std::uint64_t(k_) * d_;
-    T* staged = static_cast<T*>(centres_staging_.mapped());
+    T* staged = static_cast<T*>(centers_staging_.mapped());
     std::copy_n(C.data(), kd, staged);
     for (std::uint32_t j = 0; j < k_; ++j) staged[kd + j] = C.row(j).squaredNorm();
-    // The bounded E-step: how far each centre moved since the bounds were last set (they hold for those centres).
+    // The bounded E-step: how far each center moved since the bounds were last set (they hold for those centers).
     const std::uint32_t bounds_mode = !plan_.bounds   ? 0u
                                       : !bounds_valid_ ? lloyd_interface::kBoundsSet
                                                        : lloyd_interface::kBoundsUse;
@@ -300,9 +300,9 @@ class LloydEngine {
     double e_step_ms = 0;  // summed over the parts; negative where the device has no timestamps
     auto add_e_step_ms = [&e_step_ms](double ms) { add_device_ms(e_step_ms, ms); };
     auto record_start = [&](vulkan::Commands& into) {
-      into.copy(centres_staging_, 0, centres_, 0, kd * s);
-      into.copy(centres_staging_, kd * s, norms_, 0, k_ * s);
-      if (plan_.bounds) into.copy(centres_staging_, (kd + k_) * s, drift_, 0, drift_elements() * s);
+      into.copy(centers_staging_, 0, centers_, 0, kd * s);
+      into.copy(centers_staging_, kd * s, norms_, 0, k_ * s);
+      if (plan_.bounds) into.copy(centers_staging_, (kd + k_) * s, drift_, 0, drift_elements() * s);
       // A step that sets the bounds adds every workgroup's sums; so do later steps until each has.
       if (bounds_mode == lloyd_interface::kBoundsSet)
         for (auto& c : chunks_) into.fill(c.dirty, 0, std::uint64_t(c.groups) * 4, 1u);
@@ -413,7 +413,7 @@ class LloydEngine {
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
                         "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
     if (plan_.bounds) {
-      bound_centres_ = C;
+      bound_centers_ = C;
       bounds_valid_ = true;
     }
     return (status & lloyd_interface::kStatusLabelChanged) != 0;
@@ -435,18 +435,18 @@ class LloydEngine {
   /// sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences.
   double inertia(const Matrix<T>& C) {
     const std::uint64_t s = sizeof(T);
-    std::copy_n(C.data(), std::uint64_t(k_) * d_, static_cast<T*>(centres_staging_.mapped()));
+    std::copy_n(C.data(), std::uint64_t(k_) * d_, static_cast<T*>(centers_staging_.mapped()));
     vulkan::Commands cmds(dev_);
-    cmds.copy(centres_staging_, 0, centres_, 0, std::uint64_t(k_) * d_ * s);
+    cmds.copy(centers_staging_, 0, centers_, 0, std::uint64_t(k_) * d_ * s);
     cmds.barrier();
     std::uint32_t groups_total = 0;
     for (auto& c : chunks_) {
       const inertia_interface::Push push{
-          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centres = k_};
+          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centers = k_};
       namespace shader = inertia_interface;
       cmds.dispatch(*inertia_,
                     {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingLabels, c.labels},
-                     {shader::kBindingCentres, centres_}, {shader::kBindingPartials, inertia_parts_}},
+                     {shader::kBindingCenters, centers_}, {shader::kBindingPartials, inertia_parts_}},
                     push, c.groups);
       groups_total += c.groups;
     }
@@ -523,7 +523,7 @@ class LloydEngine {
     const vulkan::Buffer& unbound = unbound_;  // the plain E-step reads none of the bounded step's buffers
     cmds.dispatch(kernel,
                   {{shader::kBindingX, x}, {shader::kBindingWeights, w}, {shader::kBindingLabels, c.labels},
-                   {shader::kBindingCentres, centres_}, {shader::kBindingCentreNorms, norms_},
+                   {shader::kBindingCenters, centers_}, {shader::kBindingCenterNorms, norms_},
                    {shader::kBindingPartials, partials_}, {shader::kBindingStatus, status_},
                    {shader::kBindingBounds, plan_.bounds ? c.bounds : unbound}, {shader::kBindingDrift, drift_},
                    {shader::kBindingList, plan_.bounds ? c.list : unbound},
@@ -531,16 +531,16 @@ class LloydEngine {
                   push, groups);
   }
 
-  /// The drift buffer: k moves, k moves of the others, the radius, the centres transposed (k x d).
+  /// The drift buffer: k moves, k moves of the others, the radius, the centers transposed (k x d).
   std::uint64_t drift_elements() const { return 2 * std::uint64_t(k_) + 1 + std::uint64_t(k_) * d_; }
 
-  /// The drift buffer for centres C against those the bounds hold for: each centre's move, the largest move of the
-  /// others, and the largest centre norm, each from float64 and rounded up; then C transposed.
+  /// The drift buffer for centers C against those the bounds hold for: each center's move, the largest move of the
+  /// others, and the largest center norm, each from float64 and rounded up; then C transposed.
   void stage_drift(const Matrix<T>& C, T* out) const {
     std::vector<double> move(k_, 0.0);
     if (bounds_valid_)
       for (std::uint32_t j = 0; j < k_; ++j)
-        move[j] = std::sqrt((C.row(j).template cast<double>() - bound_centres_.row(j).template cast<double>()).squaredNorm());
+        move[j] = std::sqrt((C.row(j).template cast<double>() - bound_centers_.row(j).template cast<double>()).squaredNorm());
     std::uint32_t first = 0;
     double largest = -1, next = 0;
     for (std::uint32_t j = 0; j < k_; ++j) {
@@ -563,7 +563,7 @@ class LloydEngine {
   /// A streamed E-step on a device with a transfer-only queue: slice j is copied there (into buffer j % 2) while
   /// the compute queue runs slice j - 1's E-step; semaphores order each copy after the E-step that last read its
   /// buffer (j - 2) and each E-step after its copy. Every slice is one submission on each queue, recorded into
-  /// command buffers kept for the next step; `record_start` (the centres' upload) goes first on the compute queue.
+  /// command buffers kept for the next step; `record_start` (the centers' upload) goes first on the compute queue.
   template <class RecordStart, class PushFor>
   void run_streamed_on_two_queues(RecordStart&& record_start, PushFor&& push_for) {
     const std::vector<Slice> slices = streamed_slices();
@@ -618,9 +618,9 @@ class LloydEngine {
   std::vector<Chunk> chunks_;
   std::uint32_t parts_ = 0;
   Labels labels_;
-  vulkan::Buffer centres_, norms_, centres_staging_, partials_, sums_, status_, readback_, inertia_parts_;
+  vulkan::Buffer centers_, norms_, centers_staging_, partials_, sums_, status_, readback_, inertia_parts_;
   vulkan::Buffer drift_, unbound_;  // the bounded E-step's drifts; a stand-in for the plain one's bounds binding
-  Matrix<T> bound_centres_;         // the centres the bounds hold for, when bounds_valid_
+  Matrix<T> bound_centers_;         // the centers the bounds hold for, when bounds_valid_
   bool bounds_valid_ = false;
   algorithms::StepTimes times_;
   bool streamed_ = false;
@@ -677,7 +677,7 @@ algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& dev
   return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
-/// Nearest centre of each row (predict), on `device`.
+/// Nearest center of each row (predict), on `device`.
 template <class T, class Policy = kmeans_default_policy>
 Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
   LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
@@ -685,8 +685,8 @@ Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers)
   return engine.take_labels();
 }
 
-/// Euclidean distances of every row of X to every centre (KMeans.transform), from differences (exactly 0 where a
-/// row equals a centre), on `device`: rows in blocks whose data and distances each fit one binding. On CPU devices
+/// Euclidean distances of every row of X to every center (KMeans.transform), from differences (exactly 0 where a
+/// row equals a center), on `device`: rows in blocks whose data and distances each fit one binding. On CPU devices
 /// each invocation computes one distance (llvmpipe's loop limit), and rows of more than kCpuMaxLoopFeatures
 /// features are refused with gpuml::unsupported.
 inline constexpr std::uint64_t kCpuMaxLoopFeatures = 32768;
@@ -702,7 +702,7 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
     throw unsupported("KMeans.transform on " + info.name + " takes at most " + std::to_string(kCpuMaxLoopFeatures) +
                       " features (llvmpipe's loop limit), got " + std::to_string(d));
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-  if (k * d * s > max_bytes) throw unsupported("the cluster centres exceed one storage-buffer binding of " + info.name);
+  if (k * d * s > max_bytes) throw unsupported("the cluster centers exceed one storage-buffer binding of " + info.name);
   const std::uint64_t max_groups = info.max_workgroup_count[0];
   std::uint64_t block = std::min<std::uint64_t>({rows_per_block(n, d * s, max_bytes, "X"),
                                                  std::max<std::uint64_t>(1, max_bytes / (k * s)), UINT32_MAX / k});
@@ -721,11 +721,11 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
     const std::uint64_t rows = std::min(block, n - r0);
     vulkan::upload_rows<T>(device, xbuf, 0, X, r0, r0 + rows);
     const auto groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(ceil_div(rows * k, threads), max_groups));
-    const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centres = std::uint32_t(k)};
+    const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centers = std::uint32_t(k)};
     vulkan::Commands cmds(device);
     cmds.dispatch(*kernel,
                   {{shader::kBindingX, xbuf}, {shader::kBindingWeights, unused}, {shader::kBindingLabels, unused},
-                   {shader::kBindingCentres, cbuf}, {shader::kBindingPartials, out}},
+                   {shader::kBindingCenters, cbuf}, {shader::kBindingPartials, out}},
                   push, groups);
     cmds.submit_and_wait();
     vulkan::download(device, out, 0, D.data() + r0 * k, rows * k * s);
@@ -733,7 +733,7 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
   return D;
 }
 
-/// Nearest centre of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.
+/// Nearest center of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.
 template <class T, class Policy = kmeans_default_policy>
 double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
   LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()));

@@ -1,4 +1,4 @@
-// The Vulkan engine of greedy k-means++: the candidates' potentials and the kept centre's distance update run on
+// The Vulkan engine of greedy k-means++: the candidates' potentials and the kept center's distance update run on
 // the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is algorithms::plus_plus_loop,
 // shared with the host engine. Samples are split in chunks that each fit one binding, as LloydEngine does. Per
 // round the host downloads one mass sum (w * closest) per block of 1024 samples, prefix-sums them in double, and
@@ -37,7 +37,7 @@ vulkan::ShaderCode plus_plus_shader() {
     return {shaders::kmeans_plus_plus_f64, std::size(shaders::kmeans_plus_plus_f64), "kmeans_plus_plus_f64"};
 }
 
-/// Device-resident data of one k-means++ seeding: X, weights and the distances to the nearest centre so far, in
+/// Device-resident data of one k-means++ seeding: X, weights and the distances to the nearest center so far, in
 /// chunks of whole sampling blocks; plus_plus_loop's engine interface.
 template <class T>
 class PlusPlusEngine {
@@ -100,7 +100,7 @@ class PlusPlusEngine {
   /// Whether the samples live in pinned host memory (beyond the device's memory or its configured limit).
   bool streamed() const { return streamed_; }
 
-  void start(const Matrix<T>& centre) { commit(&centre, 0); }
+  void start(const Matrix<T>& center) { commit(&center, 0); }
 
   std::vector<double> potentials(const Matrix<T>& cand) {
     vulkan::Commands& cmds = commands();
@@ -202,7 +202,7 @@ class PlusPlusEngine {
     cmds.barrier();
   }
 
-  /// closest = min(closest, ||x - cand_t||^2), or with `first` the distances to that single centre; then the
+  /// closest = min(closest, ||x - cand_t||^2), or with `first` the distances to that single center; then the
   /// blocks' mass sums come back and the blocks read in the last round are forgotten.
   void commit(const Matrix<T>* first, std::uint32_t t) {
     vulkan::Commands& cmds = commands();

@@ -22,14 +22,14 @@ namespace gpuml {
 
 /// The tile shape a policy resolves to on one device.
 struct KMeansTileParams {
-  std::uint32_t threads, samples_per_thread, centres_per_thread, feature_tile, centre_tile;
+  std::uint32_t threads, samples_per_thread, centers_per_thread, feature_tile, center_tile;
   std::uint32_t subgroup_size = 0;  // pinned through VK_EXT_subgroup_size_control; 0: the driver's choice
 
   bool operator==(const KMeansTileParams&) const = default;
 
   /// The tuning store's form: the six numbers in declaration order.
   std::vector<std::uint32_t> to_params() const {
-    return {threads, samples_per_thread, centres_per_thread, feature_tile, centre_tile, subgroup_size};
+    return {threads, samples_per_thread, centers_per_thread, feature_tile, center_tile, subgroup_size};
   }
   static std::optional<KMeansTileParams> from_params(const std::vector<std::uint32_t>& p) {
     if (p.size() != 6) return std::nullopt;
@@ -44,18 +44,18 @@ struct KMeansTileParams {
   }
 };
 
-/// Threads per workgroup (a multiple of 32), samples per thread, centres per thread (register tile), features
-/// per tile, centres per shared tile (a multiple of CentresPerThread), and a subgroup size to pin (0: none).
-template <std::uint32_t Threads = 128, std::uint32_t SamplesPerThread = 4, std::uint32_t CentresPerThread = 8,
-          std::uint32_t FeatureTile = 16, std::uint32_t CentreTile = 128, std::uint32_t SubgroupSize = 0>
+/// Threads per workgroup (a multiple of 32), samples per thread, centers per thread (register tile), features
+/// per tile, centers per shared tile (a multiple of CentersPerThread), and a subgroup size to pin (0: none).
+template <std::uint32_t Threads = 128, std::uint32_t SamplesPerThread = 4, std::uint32_t CentersPerThread = 8,
+          std::uint32_t FeatureTile = 16, std::uint32_t CenterTile = 128, std::uint32_t SubgroupSize = 0>
 struct KMeansTile {
   static_assert(Threads % 32 == 0 && Threads >= 32 && Threads <= 1024, "threads: a multiple of 32, at most 1024");
   static_assert(SamplesPerThread >= 1 && SamplesPerThread <= 16, "1 to 16 samples per thread");
-  static_assert(CentresPerThread >= 1 && FeatureTile >= 1, "tiles must be non-empty");
-  static_assert(CentreTile % CentresPerThread == 0, "the shared centre tile is a whole number of register tiles");
-  static_assert(SamplesPerThread * (FeatureTile + CentresPerThread) <= 256, "register tile too large");
+  static_assert(CentersPerThread >= 1 && FeatureTile >= 1, "tiles must be non-empty");
+  static_assert(CenterTile % CentersPerThread == 0, "the shared center tile is a whole number of register tiles");
+  static_assert(SamplesPerThread * (FeatureTile + CentersPerThread) <= 256, "register tile too large");
   static_assert((SubgroupSize & (SubgroupSize - 1)) == 0, "the subgroup size is 0 or a power of two");
-  static constexpr KMeansTileParams tile{Threads, SamplesPerThread, CentresPerThread, FeatureTile, CentreTile, SubgroupSize};
+  static constexpr KMeansTileParams tile{Threads, SamplesPerThread, CentersPerThread, FeatureTile, CenterTile, SubgroupSize};
   template <class T>
   static KMeansTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
     return tile;
@@ -66,13 +66,13 @@ struct KMeansTile {
 inline constexpr const char* kKMeansKernel = "kmeans_lloyd";
 
 /// Problem-shape classes, each tuned and stored once (the store's shape key): few features (d <= 32, one or
-/// two feature tiles) or many, and few centres (k <= 128, all resident in one shared tile) or many.
+/// two feature tiles) or many, and few centers (k <= 128, all resident in one shared tile) or many.
 inline std::string kmeans_shape_class(std::uint64_t k, std::uint64_t d) {
   return std::string(d <= 32 ? "d<=32" : "d>32") + (k <= 128 ? ",k<=128" : ",k>128");
 }
 
 /// Lavapipe (Mesa's llvmpipe) silently ends a shader invocation after 65535 loop iterations in all: one limiter
-/// is shared by every loop (LP_MAX_TGSI_LOOP_ITERATIONS). A tile's loop over centre tiles x feature tiles must
+/// is shared by every loop (LP_MAX_TGSI_LOOP_ITERATIONS). A tile's loop over center tiles x feature tiles must
 /// therefore stay far below that on CPU devices, as a workgroup may run several tiles; and register tiles of
 /// SPT x KT x DS above 128 miscompute there too (measured; likely inner loops left unrolled, counting as well).
 inline constexpr std::uint64_t kCpuMaxTileLoops = 4096;
@@ -87,13 +87,13 @@ inline constexpr std::uint32_t kCpuMaxRegisterTile = 128;
 inline std::string kmeans_tile_shape_misfit(const vulkan::DeviceInfo& device, const KMeansTileParams& t) {
   if (t.threads % 32 != 0 || t.threads < 32 || t.threads > 1024) return "threads must be a multiple of 32 from 32 to 1024";
   if (t.samples_per_thread < 1 || t.samples_per_thread > 16) return "samples per thread must be 1 to 16";
-  if (t.centres_per_thread < 1 || t.feature_tile < 1 || t.feature_tile > 1024 || t.centres_per_thread > 1024)
+  if (t.centers_per_thread < 1 || t.feature_tile < 1 || t.feature_tile > 1024 || t.centers_per_thread > 1024)
     return "tiles must be non-empty (and at most 1024)";
-  if (t.centre_tile < t.centres_per_thread || t.centre_tile % t.centres_per_thread != 0)
-    return "the shared centre tile must be a whole number of register tiles";
-  if (t.samples_per_thread * (t.feature_tile + t.centres_per_thread) > 256) return "register tile too large";
+  if (t.center_tile < t.centers_per_thread || t.center_tile % t.centers_per_thread != 0)
+    return "the shared center tile must be a whole number of register tiles";
+  if (t.samples_per_thread * (t.feature_tile + t.centers_per_thread) > 256) return "register tile too large";
   if (device.type == vulkan::DeviceType::cpu &&
-      t.samples_per_thread * t.centres_per_thread * t.feature_tile > kCpuMaxRegisterTile)
+      t.samples_per_thread * t.centers_per_thread * t.feature_tile > kCpuMaxRegisterTile)
     return "register tiles above " + std::to_string(kCpuMaxRegisterTile) + " (SPT x KT x DS) miscompute on CPU devices";
   return tuning::subgroup_size_misfit(device, t.subgroup_size, t.threads);
 }
@@ -107,7 +107,7 @@ LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& til
                      bool bounded = false);
 }  // namespace kernels
 
-/// Centre tiles x feature tiles that one sample tile loops over: what llvmpipe's loop limit counts.
+/// Center tiles x feature tiles that one sample tile loops over: what llvmpipe's loop limit counts.
 template <class T>
 std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
                                 std::uint32_t d) {
@@ -116,8 +116,8 @@ std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTi
 }
 
 /// Loop iterations of one invocation over its sample tile (kmeans_lloyd.comp), at most, as llvmpipe counts them
-/// (inner loops counted as if not unrolled): the E-step's centre x feature tiles, each over its features and
-/// register centres; then the partial sums, per batch of `sum_rounds` rounds: clearing the cluster masks, one pass
+/// (inner loops counted as if not unrolled): the E-step's center x feature tiles, each over its features and
+/// register centers; then the partial sums, per batch of `sum_rounds` rounds: clearing the cluster masks, one pass
 /// over the clusters, and the (cluster, feature) pairs with the members each walks (all of a batch's samples in one
 /// cluster at worst). The owner walk, where it runs, does fewer (one thread per cluster, under 32 features).
 template <class T>
@@ -132,7 +132,7 @@ std::uint64_t kmeans_invocation_loops(const vulkan::DeviceInfo& device, const KM
   return e_step + up(plan.spt, plan.sum_rounds) * per_batch;
 }
 
-/// Why `tile` cannot run k-means with k centres of d features on `device`; empty when it can. Nothing is
+/// Why `tile` cannot run k-means with k centers of d features on `device`; empty when it can. Nothing is
 /// dispatched with a tile that fails this.
 template <class T>
 std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
@@ -141,7 +141,7 @@ std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTil
   try {
     const std::uint64_t loops = kmeans_tile_loops<T>(device, tile, k, d);  // and plan_lloyd's limits
     if (device.type == vulkan::DeviceType::cpu && loops > kCpuMaxTileLoops)
-      return std::to_string(loops) + " centre x feature tiles per sample tile exceed CPU devices' " +
+      return std::to_string(loops) + " center x feature tiles per sample tile exceed CPU devices' " +
              std::to_string(kCpuMaxTileLoops) + " (llvmpipe's loop limit)";
     if (device.type == vulkan::DeviceType::cpu) {
       const std::uint64_t all = kmeans_invocation_loops<T>(device, tile, k, d);
@@ -180,7 +180,7 @@ inline KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device) 
 
 /// The catalogue tile for a k x d problem. Where the class tile does not fit the problem (shared memory grows
 /// with k: a mask per cluster and thread group), the same tile with fewer threads is tried. On CPU devices a problem
-/// whose centre x feature tiles would pass llvmpipe's loop limit with the class tile takes the CPU tile with the
+/// whose center x feature tiles would pass llvmpipe's loop limit with the class tile takes the CPU tile with the
 /// fewest such loops instead; where even that tile would run more than kCpuMaxInvocationLoops (k = d = 1024, say),
 /// the engine refuses the problem before dispatching anything and the fit runs on the host.
 template <class T>

@@ -31,7 +31,7 @@
 
 namespace gpuml::kernels {
 
-/// What a tile is chosen for: the problem's k (centres, neighbours; 0 where it has none) and features.
+/// What a tile is chosen for: the problem's k (centers, neighbours; 0 where it has none) and features.
 struct TileProblem {
   std::uint32_t k = 0, d = 0;
 };

@@ -1,7 +1,7 @@
 // Distributed KMeans over MPI: every rank holds its own rows (a shard of one data set, in rank order) and runs the
 // E-step on them with its own backend (a Vulkan device, or the host); per iteration the k x (d + 1) partial sums
 // and weights are added across ranks (MPI_Allreduce in float64), and every rank applies scikit-learn's M-step to
-// the same totals, so all ranks hold the same centres, inertia and n_iter, and each the labels of its own rows.
+// the same totals, so all ranks hold the same centers, inertia and n_iter, and each the labels of its own rows.
 //
 // The fit is the library's one k-means fit (fit_kmeans_on, estimators/kmeans_fit.hpp) over detail::RankRows: the
 // same checks, centring, numpy-stream k-means++ seeding and best-run rule as one process, with sums and engines that
@@ -12,7 +12,7 @@
 //
 // What a distributed fit returns, against the same rows fitted in one process: with one rank, the same bit for bit;
 // with several, the per-cluster sums differ by the rounding of each rank's partial sums (as with several devices,
-// algorithms::ShardedLloydEngine), so labels agree except for samples within that rounding of two centres.
+// algorithms::ShardedLloydEngine), so labels agree except for samples within that rounding of two centers.
 //
 // Faults: every collective step carries a status word. A rank whose input is bad (another feature count, a
 // non-finite value) or whose local work throws reports it at the next collective, and every rank then throws
@@ -168,7 +168,7 @@ class DistributedLloyd {
     return total[0];
   }
 
-  /// scikit-learn's relocation across ranks: the n_empty samples farthest from their old centres, over all ranks
+  /// scikit-learn's relocation across ranks: the n_empty samples farthest from their old centers, over all ranks
   /// (ties: the higher global index first, as algorithms::relocate_empty_clusters), move to the empty clusters.
   void relocate_empty_clusters(const Matrix<T>& centers_old, Matrix<T>& sums, Vector<T>& weights) {
     const std::int64_t k = centers_old.rows(), d = centers_old.cols();
@@ -517,7 +517,7 @@ class RankRows {
 /// KMeans over the ranks of a communicator. Each rank passes its own rows to fit (shards of one data set in rank
 /// order; any sizes, an empty shard included) and gets the same cluster_centers, inertia and n_iter as every other
 /// rank, and labels for its own rows. Parameters are KMeansParams; every rank must pass the same ones. Initial
-/// centres: an array (init_centers, rank 0's is used) or greedy k-means++ across ranks (init="k-means++", n_init
+/// centers: an array (init_centers, rank 0's is used) or greedy k-means++ across ranks (init="k-means++", n_init
 /// runs from random_state, as one process draws them); init="random" across ranks is refused with
 /// gpuml::unsupported.
 template <class T>
@@ -551,7 +551,7 @@ class KMeans {
     comm_.check(comm_.rank() == 0 ? problem : std::string());
     comm_.guarded([&] {
       if (!p.init_centers && p.init != "k-means++")
-        throw unsupported("distributed KMeans seeds with k-means++ or takes initial centres (init_centers); "
+        throw unsupported("distributed KMeans seeds with k-means++ or takes initial centers (init_centers); "
                           "init=\"random\" across ranks is not built");
     });
     // An array init: rank 0's, the same on every rank.
@@ -604,8 +604,8 @@ class KMeans {
   const Labels& labels() const { return require_fitted(), labels_; }
   double inertia() const { return require_fitted(), inertia_; }
   int n_iter() const { return require_fitted(), n_iter_; }
-  /// The nearest centre of each of this rank's rows, as gpuml::KMeans::predict with these centres. Not collective:
-  /// every rank holds the centres, so each rank predicts its own rows on its own backend (no rows: no labels).
+  /// The nearest center of each of this rank's rows, as gpuml::KMeans::predict with these centers. Not collective:
+  /// every rank holds the centers, so each rank predicts its own rows on its own backend (no rows: no labels).
   Labels predict(MatrixView<T> X_local) const {
     require_fitted();
     if (X_local.rows() == 0 && X_local.cols() == centers_.cols()) return Labels();

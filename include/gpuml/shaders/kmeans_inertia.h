@@ -7,7 +7,7 @@ GPUML_SHADER_INTERFACE_BEGIN(kmeans_inertia)
 GPUML_CONSTANT(kBindingX, 0)
 GPUML_CONSTANT(kBindingWeights, 1)
 GPUML_CONSTANT(kBindingLabels, 2)
-GPUML_CONSTANT(kBindingCentres, 3)
+GPUML_CONSTANT(kBindingCenters, 3)
 GPUML_CONSTANT(kBindingPartials, 4)  // one partial sum per workgroup; the distances in kModeDistances
 GPUML_CONSTANT(kBindingCount, 5)
 
@@ -16,8 +16,8 @@ GPUML_CONSTANT(kSpecFeatures, 1)
 GPUML_CONSTANT(kSpecMode, 2)
 GPUML_CONSTANT(kSpecCount, 3)
 
-// kModeInertia: partial sums of w_i ||x_i - c_{l_i}||^2. kModeDistances: ||x_i - c_j|| for every row and centre
-// (KMeans.transform), row-major rows x centres at partial_base; weights and labels are not read.
+// kModeInertia: partial sums of w_i ||x_i - c_{l_i}||^2. kModeDistances: ||x_i - c_j|| for every row and center
+// (KMeans.transform), row-major rows x centers at partial_base; weights and labels are not read.
 GPUML_CONSTANT(kModeInertia, 0)
 GPUML_CONSTANT(kModeDistances, 1)
 
@@ -25,7 +25,7 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint rows;          // samples in this chunk
   uint groups;        // workgroups in this dispatch
   uint partial_base;  // partial of this dispatch's first workgroup
-  uint centres;       // kModeDistances: centres per row
+  uint centers;       // kModeDistances: centers per row
 } GPUML_PUSH_INSTANCE(p);
 GPUML_CHECK_PUSH(Push, 4)
 GPUML_SHADER_INTERFACE_END

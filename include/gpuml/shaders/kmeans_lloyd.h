@@ -7,20 +7,20 @@ GPUML_SHADER_INTERFACE_BEGIN(kmeans_lloyd)
 GPUML_CONSTANT(kBindingX, 0)
 GPUML_CONSTANT(kBindingWeights, 1)
 GPUML_CONSTANT(kBindingLabels, 2)
-GPUML_CONSTANT(kBindingCentres, 3)
-GPUML_CONSTANT(kBindingCentreNorms, 4)
+GPUML_CONSTANT(kBindingCenters, 3)
+GPUML_CONSTANT(kBindingCenterNorms, 4)
 GPUML_CONSTANT(kBindingPartials, 5)  // k x (d + 1) partial sums per workgroup
 GPUML_CONSTANT(kBindingStatus, 6)
 GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample (upper bound, lower bound, ||x||^2, unused)
-GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centres transposed
+GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centers transposed
 GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: per workgroup a count of uncertain samples, then their rows
 GPUML_CONSTANT(kBindingDirty, 10)   // bounded E-step: per workgroup, whether a label changed since its partial sums
 GPUML_CONSTANT(kBindingCount, 11)
 
 GPUML_CONSTANT(kSpecThreads, 0)           // a multiple of 32
 GPUML_CONSTANT(kSpecSamplesPerThread, 1)  // per tile
-GPUML_CONSTANT(kSpecCentresPerThread, 2)  // the register tile
-GPUML_CONSTANT(kSpecCentreTile, 3)        // centres per shared tile
+GPUML_CONSTANT(kSpecCentersPerThread, 2)  // the register tile
+GPUML_CONSTANT(kSpecCenterTile, 3)        // centers per shared tile
 GPUML_CONSTANT(kSpecFeatureTile, 4)       // features per shared tile
 GPUML_CONSTANT(kSpecClusters, 5)
 GPUML_CONSTANT(kSpecFeatures, 6)
@@ -33,7 +33,7 @@ GPUML_CONSTANT(kSpecCount, 11)
 // The dispatches of a bounded step, in order; kStageFull is a whole plain step.
 GPUML_CONSTANT(kStageFull, 0)
 GPUML_CONSTANT(kStageCheck, 1)   // check every sample's bounds, list the uncertain ones
-GPUML_CONSTANT(kStageSearch, 2)  // search the listed samples over all centres
+GPUML_CONSTANT(kStageSearch, 2)  // search the listed samples over all centers
 GPUML_CONSTANT(kStageSums, 3)    // the partial sums from the labels
 
 // The check gathers its uncertain samples in shared memory for 2 x this many rounds of the workgroup at most,
@@ -42,12 +42,12 @@ GPUML_CONSTANT(kCheckAppendRounds, 4)
 
 // Push.bounds_mode of the bounded E-step.
 GPUML_CONSTANT(kBoundsSet, 1)  // the bounds hold nothing yet: search every sample, then set them
-GPUML_CONSTANT(kBoundsUse, 2)  // the bounds hold for the last step's centres, and the drift buffer says how they moved
+GPUML_CONSTANT(kBoundsUse, 2)  // the bounds hold for the last step's centers, and the drift buffer says how they moved
 
 // Bits of status[0], set by any workgroup.
 GPUML_CONSTANT(kStatusLabelChanged, 1)
 GPUML_CONSTANT(kStatusLoopLimit, 2)
-// status[kStatusSearched]: the bounded E-step's samples searched over all centres (the others kept their label).
+// status[kStatusSearched]: the bounded E-step's samples searched over all centers (the others kept their label).
 GPUML_CONSTANT(kStatusSearched, 1)
 
 GPUML_PUSH_CONSTANTS(Push) {

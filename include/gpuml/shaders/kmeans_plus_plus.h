@@ -6,7 +6,7 @@
 GPUML_SHADER_INTERFACE_BEGIN(kmeans_plus_plus)
 GPUML_CONSTANT(kBindingX, 0)
 GPUML_CONSTANT(kBindingWeights, 1)
-GPUML_CONSTANT(kBindingClosest, 2)     // each sample's squared distance to its nearest centre so far
+GPUML_CONSTANT(kBindingClosest, 2)     // each sample's squared distance to its nearest center so far
 GPUML_CONSTANT(kBindingCandidates, 3)
 GPUML_CONSTANT(kBindingOut, 4)         // potentials: partials per workgroup; commit: mass sums per block
 GPUML_CONSTANT(kBindingCount, 5)
@@ -27,7 +27,7 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint groups;     // workgroups in this dispatch
   uint out_base;   // potentials: partial row of the first workgroup; commit: global index of the chunk's first tile
   uint candidate;  // commit: the candidate kept
-  uint first;      // commit: 1 for the first centre (no earlier distance to compare with)
+  uint first;      // commit: 1 for the first center (no earlier distance to compare with)
 } GPUML_PUSH_INSTANCE(p);
 GPUML_CHECK_PUSH(Push, 5)
 GPUML_SHADER_INTERFACE_END

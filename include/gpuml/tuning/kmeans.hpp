@@ -38,7 +38,7 @@ inline std::vector<std::string> kmeans_shape_classes() { return {"d<=32,k<=128",
 inline std::vector<Params> kmeans_candidates(const vulkan::DeviceInfo& device, const std::string& shape) {
   const KMeansShape s = kmeans_representative(shape);
   std::vector<KMeansTileParams> tiles{kmeans_catalogue_tile(device)};
-  const std::uint32_t centre_tiles[] = {128, 512};  // 512: all of a k = 512 problem's centres in shared memory
+  const std::uint32_t center_tiles[] = {128, 512};  // 512: all of a k = 512 problem's centers in shared memory
   if (device.type == vulkan::DeviceType::cpu) {
     // Lavapipe: small register tiles only (see kCpuMaxRegisterTile), at most 64 values.
     const std::uint32_t small[][3] = {{1, 4, 8}, {2, 4, 8}, {4, 2, 8}, {1, 8, 8}, {2, 8, 4}, {4, 4, 4}};
@@ -49,7 +49,7 @@ inline std::vector<Params> kmeans_candidates(const vulkan::DeviceInfo& device, c
     for (std::uint32_t threads : {64u, 128u, 256u})
       for (auto [spt, kt] : register_tiles)
         for (std::uint32_t ds : {16u, 32u})
-          for (std::uint32_t ks : centre_tiles)
+          for (std::uint32_t ks : center_tiles)
             if (spt * (ds + kt) <= 256 && (ks == 128 || s.k > 128)) tiles.push_back({threads, spt, kt, ds, ks});
   }
   if (kKMeansEnginePinsSubgroupSize && device.subgroup_size_control)
@@ -58,12 +58,12 @@ inline std::vector<Params> kmeans_candidates(const vulkan::DeviceInfo& device, c
       pinned.subgroup_size = size;
       tiles.push_back(pinned);
     }
-  // The kernel a tile runs on the representative problem: clamped tiles, and whether all centres can be resident.
+  // The kernel a tile runs on the representative problem: clamped tiles, and whether all centers can be resident.
   std::set<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, bool, std::uint32_t>> seen;
   std::vector<Params> out;
   for (const auto& t : tiles) {
-    const std::uint32_t kt = std::min(t.centres_per_thread, s.k), ds = std::min(t.feature_tile, s.d);
-    const bool resident = ds == s.d && (s.k + kt - 1) / kt * kt <= t.centre_tile;
+    const std::uint32_t kt = std::min(t.centers_per_thread, s.k), ds = std::min(t.feature_tile, s.d);
+    const bool resident = ds == s.d && (s.k + kt - 1) / kt * kt <= t.center_tile;
     if (seen.insert({t.threads, t.samples_per_thread, kt, ds, resident, t.subgroup_size}).second) out.push_back(t.to_params());
   }
   return out;
@@ -81,7 +81,7 @@ inline RowRange kmeans_rows(const vulkan::DeviceInfo& device, const std::string&
   return {probe, std::max(probe, max_bytes / row_bytes)};
 }
 
-/// Blobs around k centres (the values matter little: every E-step does the same work).
+/// Blobs around k centers (the values matter little: every E-step does the same work).
 template <class T>
 Matrix<T> kmeans_bench_data(std::uint64_t n, KMeansShape s) {
   auto uniform = [](std::uint64_t i) {  // SplitMix64 of the element's index, in [-1, 1)
@@ -94,8 +94,8 @@ Matrix<T> kmeans_bench_data(std::uint64_t n, KMeansShape s) {
   parallel_chunks(static_cast<std::int64_t>(n), 1 << 15, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i)
       for (std::uint32_t j = 0; j < s.d; ++j) {
-        const std::uint64_t centre = std::uint64_t(i % s.k) * s.d + j;
-        X(i, j) = static_cast<T>(10.0 * uniform(~centre) + uniform(std::uint64_t(i) * s.d + j));
+        const std::uint64_t center = std::uint64_t(i % s.k) * s.d + j;
+        X(i, j) = static_cast<T>(10.0 * uniform(~center) + uniform(std::uint64_t(i) * s.d + j));
       }
   });
   return X;
