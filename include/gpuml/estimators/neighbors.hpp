@@ -13,6 +13,7 @@
 #include <gpuml/host/knn.hpp>
 #include <gpuml/host/radius.hpp>
 #include <gpuml/kernels/knn.hpp>
+#include <gpuml/kernels/radius.hpp>
 #include <gpuml/select.hpp>
 
 #include <algorithm>
@@ -94,6 +95,28 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
         return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
       },
       [&] { return host::knn_search<T>(database, queries, k, metric, on_progress); });
+}
+
+/// The radius search on `backend` by gpuml::run_on's rule: the device engine (kernels::radius_search, host::
+/// radius_search's result bit for bit) on a Vulkan backend, the host engine otherwise or where the device throws
+/// gpuml::unsupported. `distances` false leaves RadiusResult::distances empty.
+template <class T>
+RadiusResult<T> run_radius(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, double radius, Metric metric,
+                           bool sort, bool exclude_self, bool distances, const kernels::KnnDatabase<T>* resident = nullptr) {
+  return run_on<T>(
+      backend, "radius search",
+      [&] {
+        kernels::RadiusSearchOptions options;
+        options.sort = sort;
+        options.distances = distances;
+        options.exclude_self = exclude_self;
+        return kernels::radius_search<T>(*backend.device(), database, queries, radius, metric, resident, options);
+      },
+      [&] {
+        RadiusResult<T> found = host::radius_search<T>(database, queries, radius, metric, sort, exclude_self);
+        if (!distances) found.distances = {};
+        return found;
+      });
 }
 
 inline void check_n_neighbors(int k, const char* name = "n_neighbors") {
@@ -305,9 +328,11 @@ class NearestNeighbors {
   }
 
   /// radius_neighbors(X, radius, sort_results): every training sample within distance `radius` (a negative radius
-  /// means params().radius) of each row of X, in index order or sorted by (distance, index). Runs on the host
-  /// engine on every backend (a brute-force scan; float32 data whose distances could overflow is scanned in
-  /// float64, as k-NN does).
+  /// means params().radius) of each row of X, in index order or sorted by (distance, index). On a Vulkan backend
+  /// the device decides every pair clear of the radius by more than float rounding and the host's exact function
+  /// the rest, so the result is the host engine's bit for bit (sharded over the backend's devices, each part's
+  /// lists concatenated in index order); float32 data whose distances could overflow is scanned in float64 on the
+  /// host, as k-NN does.
   RadiusResult<T> radius_neighbors(MatrixView<T> X, double radius = -1, bool sort_results = false) const {
     require_fitted();
     checks::data(X, "X");
@@ -325,10 +350,8 @@ class NearestNeighbors {
   /// INCLUDING the sample itself, in index order, without distances (`distances` is empty).
   RadiusResult<T> radius_graph_self(double radius) const {
     require_fitted();
-    RadiusResult<T> graph = radius_search(X_, radius, false, false);
-    graph.distances.clear();
-    graph.distances.shrink_to_fit();
-    return graph;
+    if (!(radius >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
+    return radius_search(X_, radius, false, false, false);
   }
 
   /// return_distance=False variants.
@@ -378,19 +401,52 @@ class NearestNeighbors {
     return algorithms::merge_parts<T>(parts, first, queries.rows(), k, metric_);
   }
 
-  RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self) const {
+  /// The radius search on the backend's one device (or the host), or on every shard at once (one thread per
+  /// device): each shard's lists in index order with global indices, concatenated per query in shard order (so in
+  /// index order), then sorted where asked; the same lists as one device's.
+  RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self, bool distances = true) const {
     const double r = radius < 0 ? params_.radius : radius;
     if constexpr (std::is_same_v<T, float>) {
       if (detail::values_may_overflow<T>(std::max(max_abs_, detail::max_abs<T>(queries)), X_.cols(), metric_)) {
         const Matrix<double> database = X_.template cast<double>(), q = queries.template cast<double>();
         auto wide = host::radius_search<double>(database, q, r, metric_, sort, exclude_self);
         RadiusResult<T> out{std::move(wide.offsets), std::move(wide.indices), {}};
-        out.distances.reserve(wide.distances.size());
-        for (double v : wide.distances) out.distances.push_back(static_cast<T>(v));
+        if (distances) {
+          out.distances.reserve(wide.distances.size());
+          for (double v : wide.distances) out.distances.push_back(static_cast<T>(v));
+        }
         return out;
       }
     }
-    return host::radius_search<T>(X_, queries, r, metric_, sort, exclude_self);
+    if (shards_.size() <= 1)
+      return detail::run_radius<T>(backend_, X_, queries, r, metric_, sort, exclude_self, distances, device_X_.get());
+    if (!(r >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(r));
+    std::vector<RadiusResult<T>> parts(shards_.size());
+    concurrently(shards_.size(), [&](std::size_t s) {
+      const Shard& shard = shards_[s];
+      parts[s] = detail::run_radius<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries, r, metric_, false, false,
+                                       distances || sort, shard.resident.get());
+    });
+    const auto m = static_cast<std::size_t>(queries.rows());
+    RadiusResult<T> out;
+    out.offsets.assign(m + 1, 0);
+    std::vector<std::pair<T, std::int64_t>> row;
+    for (std::size_t i = 0; i < m; ++i) {
+      row.clear();
+      for (std::size_t s = 0; s < parts.size(); ++s)
+        for (auto f = parts[s].offsets[i]; f < parts[s].offsets[i + 1]; ++f) {
+          const std::int64_t j = parts[s].indices[std::size_t(f)] + shards_[s].first;
+          if (exclude_self && j == std::int64_t(i)) continue;
+          row.emplace_back(distances || sort ? parts[s].distances[std::size_t(f)] : T(0), j);
+        }
+      if (sort) std::sort(row.begin(), row.end());
+      for (const auto& [v, j] : row) {
+        out.indices.push_back(j);
+        if (distances) out.distances.push_back(v);
+      }
+      out.offsets[i + 1] = std::int64_t(out.indices.size());
+    }
+    return out;
   }
 
   NeighborsParams params_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpuml/algorithms/knn.hpp>
+#include <gpuml/algorithms/radius.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
@@ -19,27 +20,8 @@
 
 namespace gpuml::host {
 
-/// Distance of two rows for a radius search (inner product is a similarity: not a radius metric).
-template <class T>
-T radius_distance(const T* a, const T* b, std::int64_t d, Metric metric, T na, T nb) {
-  switch (metric) {
-    case Metric::euclidean: return std::sqrt(algorithms::sqdist_fixed(a, b, d));
-    case Metric::sqeuclidean: return algorithms::sqdist_fixed(a, b, d);
-    case Metric::cosine: return algorithms::cosine_exact(a, b, d, na, nb);
-    case Metric::manhattan: {
-      T s = 0;
-      for (std::int64_t f = 0; f < d; ++f) s += std::abs(a[f] - b[f]);
-      return s;
-    }
-    case Metric::chebyshev: {
-      T s = 0;
-      for (std::int64_t f = 0; f < d; ++f) s = std::max(s, std::abs(a[f] - b[f]));
-      return s;
-    }
-    case Metric::inner_product: break;
-  }
-  throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
-}
+/// Distance of two rows for a radius search (algorithms/radius.hpp; the device engine re-checks with it too).
+using algorithms::radius_distance;
 
 /// Every database row at distance <= radius from each query, in increasing index order, or sorted by (distance,
 /// index) when `sort`. `exclude_self`: queries are the database itself and row i is not its own neighbour.
@@ -57,7 +39,7 @@ algorithms::RadiusResult<T> radius_search(MatrixView<T> database, MatrixView<T> 
   if (exclude_self && m != n) throw invalid_input("radius search: exclude_self needs the database as the queries");
   if (metric == Metric::inner_product)
     throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
-  const T r = radius > double(std::numeric_limits<T>::max()) ? std::numeric_limits<T>::infinity() : T(radius);
+  const T r = algorithms::radius_in<T>(radius);
 
   std::vector<T> dn, qn;
   if (metric == Metric::cosine) {

@@ -1,0 +1,105 @@
+// Radius-neighbour numerics shared by the engines: the exact distance of a pair (the host engine's values, and the
+// device engine's re-check of pairs near the radius) and the rounding band around the radius within which a
+// device's float value cannot decide a pair.
+#pragma once
+
+#include <gpuml/algorithms/knn.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/metric.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace gpuml::algorithms {
+
+/// Distance of two rows for a radius search, in a fixed order (inner product is a similarity: not a radius metric).
+/// `na`, `nb`: the rows' squared norms (dot_fixed), read by cosine only.
+template <class T>
+T radius_distance(const T* a, const T* b, std::int64_t d, Metric metric, T na, T nb) {
+  switch (metric) {
+    case Metric::euclidean: return std::sqrt(sqdist_fixed(a, b, d));
+    case Metric::sqeuclidean: return sqdist_fixed(a, b, d);
+    case Metric::cosine: return cosine_exact(a, b, d, na, nb);
+    case Metric::manhattan: {
+      T s = 0;
+      for (std::int64_t f = 0; f < d; ++f) s += std::abs(a[f] - b[f]);
+      return s;
+    }
+    case Metric::chebyshev: {
+      T s = 0;
+      for (std::int64_t f = 0; f < d; ++f) s = std::max(s, std::abs(a[f] - b[f]));
+      return s;
+    }
+    case Metric::inner_product: break;
+  }
+  throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
+}
+
+/// The radius as the engines compare with it: T(radius), or +inf beyond T's range.
+template <class T>
+T radius_in(double radius) {
+  return radius > double(std::numeric_limits<T>::max()) ? std::numeric_limits<T>::infinity() : T(radius);
+}
+
+/// The band of a device's values around the radius: a pair whose value v (formed in T in any order of d
+/// rounded operations: squared differences for euclidean and sqeuclidean, the sum or maximum of absolute
+/// differences, for cosine 1 - <q, x> / (|q| |x|) from a dot product and inverse norms) is below `lo` has
+/// radius_distance <= radius, above `hi` has radius_distance > radius; a pair in [lo, hi] is uncertain and is
+/// decided by radius_distance itself. Euclidean's band is on the squared scale.
+///
+/// The bound: any evaluation of a sum of d terms, each from one or two rounded operations, is within
+/// gamma = (d + 4) u of the exact value relative to it (u the unit roundoff), plus an absolute (d + 4) x the
+/// smallest normal for flushed or gradual underflow; both the device's value and radius_distance are, so they
+/// differ by at most twice that. The band takes four times it (and eight u more for euclidean's square root and
+/// the rounding of the band itself). Cosine's error is relative to 1 (|<q, x>| <= |q| |x|), so its band is absolute.
+template <class T>
+struct RadiusBand {
+  T lo, hi;
+};
+
+template <class T>
+RadiusBand<T> radius_band(double radius, Metric metric, std::int64_t d) {
+  const double r = double(radius_in<T>(radius));
+  const double u = std::ldexp(1.0, -std::numeric_limits<T>::digits);
+  const double tiny = double(std::numeric_limits<T>::min());
+  const double terms = double(d) + 4;
+  const double rel = 4 * terms * u + 8 * u, abs_err = 4 * terms * tiny;
+  double lo = 0, hi = 0;
+  switch (metric) {
+    case Metric::euclidean: {
+      const double r2 = r * r;
+      lo = r2 * (1 - rel) - abs_err;
+      hi = r2 * (1 + rel) + abs_err;
+      break;
+    }
+    case Metric::sqeuclidean:
+    case Metric::manhattan:
+    case Metric::chebyshev:
+      lo = r * (1 - rel) - abs_err;
+      hi = r * (1 + rel) + abs_err;
+      break;
+    case Metric::cosine: {
+      const double band = 8 * terms * u + 8 * u;
+      lo = r - band;
+      hi = r + band;
+      break;
+    }
+    case Metric::inner_product: throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
+  }
+  // Rounded outwards into T (a band beyond T's range is infinite: every finite value is below it).
+  auto down = [](double x) {
+    if (x > double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::infinity();
+    T t = T(x);
+    return double(t) > x ? std::nextafter(t, -std::numeric_limits<T>::infinity()) : t;
+  };
+  auto up = [](double x) {
+    if (x > double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::infinity();
+    T t = T(x);
+    return double(t) < x ? std::nextafter(t, std::numeric_limits<T>::infinity()) : t;
+  };
+  return {down(lo), up(hi)};
+}
+
+}  // namespace gpuml::algorithms

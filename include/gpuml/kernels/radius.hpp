@@ -1,0 +1,397 @@
+// Radius-neighbour search on a Vulkan device (shaders/radius.comp) with the host engine's result bit for bit.
+//
+// A float kernel decides every pair whose value is clear of the radius by more than a rigorous rounding bound
+// (algorithms::radius_band); the few pairs within it are re-checked on the host with the host engine's own
+// fixed-order function (algorithms::radius_distance), as k-NN recomputes its chosen neighbours. Per database block
+// and query batch: a COUNT pass (per query and split, the pairs in and the uncertain ones), a prefix sum of the
+// counts on the host, then a FILL pass into exactly that many slots (no size guess). The host then keeps the
+// certain pairs and the uncertain ones the exact function accepts, computes the returned distances with that same
+// function (threaded over queries), and orders each list by index or by (distance, index): the sets, the order
+// and the distances are host::radius_search's.
+//
+// Memory: queries in batches within a slice of Config::device_memory_limit (or the device's memory); the database
+// in blocks of knn_detail::database_block_rows, resident (KnnDatabase) or uploaded block by block; a FILL larger
+// than one binding or its slice of memory runs over ranges of the batch's queries. Limits: fewer than 2^31 database
+// rows, no query with more neighbours in one block than one binding holds; beyond them, float64 without
+// shaderFloat64, a tile the device cannot run or llvmpipe's loop limit, gpuml::unsupported (the estimator then runs
+// the host engine).
+#pragma once
+
+#include <gpuml/algorithms/knn.hpp>
+#include <gpuml/algorithms/radius.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
+#include <gpuml/core/metric.hpp>
+#include <gpuml/core/parallel.hpp>
+#include <gpuml/kernels/distance.hpp>
+#include <gpuml/kernels/knn.hpp>
+#include <gpuml/kernels/policy.hpp>
+#include <gpuml/shaders/radius.h>
+#include <gpuml/shaders/radius_f32.hpp>
+#include <gpuml/shaders/radius_f64.hpp>
+#include <gpuml/vulkan/transfer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuml::kernels {
+
+namespace radius_interface = shader_interface::radius;
+
+template <class T>
+struct RadiusShaders;
+template <>
+struct RadiusShaders<float> {
+  static vulkan::ShaderCode code() { return {shaders::radius_f32, std::size(shaders::radius_f32), "radius_f32"}; }
+};
+template <>
+struct RadiusShaders<double> {
+  static vulkan::ShaderCode code() { return {shaders::radius_f64, std::size(shaders::radius_f64), "radius_f64"}; }
+};
+
+/// What one radius search returns besides the lists (sorted by (distance, index) or in index order), and how it
+/// is cut (tests force batching with max_batch_queries).
+struct RadiusSearchOptions {
+  bool sort = false;
+  bool distances = true;      ///< false: RadiusResult::distances stays empty
+  bool exclude_self = false;  ///< the queries are the database, row i is not its own neighbour
+  std::uint64_t max_batch_queries = 0;  ///< 0: as many as memory and bindings allow
+};
+
+/// What a radius search did: pairs found certain and uncertain (re-checked on the host), batches, FILL ranges.
+struct RadiusSearchStats {
+  std::uint64_t certain = 0, uncertain = 0, batches = 0, fills = 0, database_blocks = 0;
+  bool streamed = false;
+};
+
+/// The kernel's tile: 16 x 16 threads, 8 x 8 pairs each (128 queries against 128 rows per step), features staged
+/// BK at a time, BK = d up to 16 (8 for double, within lavapipe's 32 KiB of shared memory) so that small d forms
+/// no padding features.
+struct RadiusTile {
+  std::uint32_t wx = 16, wy = 16, tm = 8, tn = 8, bk = 16;
+  std::uint32_t block_queries() const { return wy * tm; }
+  std::uint32_t block_rows() const { return wx * tn; }
+  template <class T>
+  static RadiusTile for_features(std::uint64_t d) {
+    RadiusTile t;
+    t.bk = static_cast<std::uint32_t>(std::min<std::uint64_t>(d, sizeof(T) == 4 ? 16 : 8));
+    return t;
+  }
+  template <class T>
+  std::uint64_t shared_bytes() const {
+    return sizeof(T) * 4 * std::uint64_t(bk) * (block_queries() / 4 + 1 + block_rows() / 4 + 1) +
+           sizeof(T) * (block_queries() + 2 * block_rows()) + 8 * block_queries();
+  }
+};
+
+namespace radius_detail {
+
+inline std::uint32_t metric_code(Metric metric) {
+  switch (metric) {
+    case Metric::euclidean:
+    case Metric::sqeuclidean: return radius_interface::kMetricSquared;
+    case Metric::manhattan: return radius_interface::kMetricManhattan;
+    case Metric::chebyshev: return radius_interface::kMetricChebyshev;
+    case Metric::cosine: return radius_interface::kMetricCosine;
+    case Metric::inner_product: break;
+  }
+  throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
+}
+
+template <class T>
+vulkan::KernelRef make_kernel(vulkan::Device& device, const RadiusTile& tile, Metric metric, std::uint32_t mode, bool cpu) {
+  namespace shader = radius_interface;
+  return device.kernel({RadiusShaders<T>::code(), shader::kBindingCount, sizeof(shader::Push),
+                        spec_constants(shader::kSpecCount, {{shader::kSpecWX, tile.wx}, {shader::kSpecWY, tile.wy},
+                                                            {shader::kSpecTM, tile.tm}, {shader::kSpecTN, tile.tn},
+                                                            {shader::kSpecBK, tile.bk}, {shader::kSpecMetric, metric_code(metric)},
+                                                            {shader::kSpecMode, mode}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
+}
+
+/// A buffer of at least `bytes` (grown, never shrunk).
+inline void ensure(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t bytes, vulkan::MemoryUse use = vulkan::MemoryUse::device) {
+  bytes = std::max<std::uint64_t>(bytes, 16);
+  if (b.size() < bytes) b = device.buffer(bytes, use);
+}
+
+/// One block's pairs for a run of queries: query i's are found[offsets[i] .. offsets[i + 1]) (global row indices,
+/// kUncertain set on uncertain ones, in no particular order).
+struct BlockPairs {
+  std::vector<std::int64_t> offsets{0};
+  std::vector<std::uint32_t> found;
+};
+
+}  // namespace radius_detail
+
+/// Every database row within `radius` of each query, computed on `device`; host::radius_search's result bit for
+/// bit (sets, order, distances). `resident`: the database already on this device (else uploaded block by block).
+template <class T>
+algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, double radius,
+                                          Metric metric, const KnnDatabase<T>* resident = nullptr,
+                                          const RadiusSearchOptions& options = {}, RadiusSearchStats* stats = nullptr) {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+  namespace shader = radius_interface;
+  using Index = std::int64_t;
+  const Index n = database.rows(), d = database.cols(), m = queries.rows();
+  if (n == 0 || d == 0) throw invalid_input("radius search: the database is empty");
+  if (queries.cols() != d)
+    throw invalid_input("radius search: queries have " + std::to_string(queries.cols()) + " features, but the database has " +
+                        std::to_string(d));
+  if (!(radius >= 0) || std::isnan(radius)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
+  if (options.exclude_self && m != n) throw invalid_input("radius search: exclude_self needs the database as the queries");
+  radius_detail::metric_code(metric);  // refuses inner_product
+  if (std::uint64_t(n) >= shader::kUncertain)
+    throw unsupported("radius search on a Vulkan device supports at most 2^31 - 1 database rows");
+  require_scalar_support<T>(device);
+  if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
+    throw error("radius search: the resident database does not match the database given");
+  const auto& info = device.info();
+  const RadiusTile tile = RadiusTile::for_features<T>(std::uint64_t(d));
+  if (auto why = workgroup_misfit(info, tile.wx, tile.wy, tile.shared_bytes<T>()); !why.empty())
+    throw unsupported("the radius kernel's tile cannot run on " + info.name + ": " + why);
+
+  RadiusSearchStats local_stats;
+  RadiusSearchStats& st = stats ? *stats : local_stats;
+  st = RadiusSearchStats{};
+  const T r = algorithms::radius_in<T>(radius);
+  const algorithms::RadiusBand<T> band = algorithms::radius_band<T>(radius, metric, d);
+
+  // The cut: database blocks (resident, or uploaded one at a time), query batches, splits per block.
+  const std::uint64_t s = sizeof(T), BM = tile.block_queries(), BN = tile.block_rows();
+  const bool cpu = info.type == vulkan::DeviceType::cpu;
+  const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
+  const std::uint64_t n_blocks = resident ? resident->blocks().size() : ceil_div(std::uint64_t(n), nb_max);
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  const std::uint64_t budget = device_memory_budget(info);
+  if (d * s > max_bytes)
+    throw unsupported("radius search: one row (" + std::to_string(d * s) + " bytes) exceeds the device's largest buffer binding");
+  // Splits of a block: one, or on CPU devices at most 16 tile steps of 16 features per invocation (llvmpipe's loop
+  // limit); more where few query tiles would leave a large GPU idle (at least 16 tiles each, about 1024 workgroups).
+  const std::uint64_t min_split = cpu ? std::max<std::uint64_t>(1, 16 / ceil_div(std::uint64_t(d), 16)) * BN : 16 * BN;
+  const std::uint64_t max_splits = std::min<std::uint64_t>(
+      info.max_workgroup_count[1], cpu ? ceil_div(nb_max, min_split) : std::min<std::uint64_t>(ceil_div(nb_max, min_split), 1024));
+  auto split_rows_for = [&](std::uint64_t mb, std::uint64_t rows) {
+    std::uint64_t splits = cpu ? ceil_div(rows, min_split) : std::min(ceil_div(rows, min_split), ceil_div(1024, ceil_div(mb, BM)));
+    splits = std::clamp<std::uint64_t>(splits, 1, max_splits);
+    return ceil_div(ceil_div(rows, splits), BN) * BN;
+  };
+  // Query batches: the queries and the counts (per query and split, at most max_splits on CPU devices, else at
+  // most 1024 x 128 queries in all) within one binding and an eighth of the memory, the grid within its x limit.
+  const std::uint64_t count_splits = cpu ? max_splits : 1;
+  std::uint64_t batch = std::min<std::uint64_t>(std::uint64_t(std::max<Index>(m, 1)), max_bytes / (d * s));
+  batch = std::min<std::uint64_t>(batch, std::uint64_t(info.max_workgroup_count[0]) * BM);
+  batch = std::min<std::uint64_t>(batch, max_bytes / (8 * count_splits));
+  if (budget) batch = std::min<std::uint64_t>(batch, std::max<std::uint64_t>(1, budget / 8 / (d * s + s + 8 * count_splits)));
+  if (options.max_batch_queries) batch = std::min(batch, options.max_batch_queries);
+  batch = std::max<std::uint64_t>(1, batch);
+  // FILL ranges: the pairs of one range within one binding and an eighth of the memory.
+  std::uint64_t fill_cap = max_bytes / 4;
+  if (budget) fill_cap = std::min<std::uint64_t>(fill_cap, std::max<std::uint64_t>(1, budget / 8 / 4));
+
+  const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu);
+  const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu);
+  vulkan::Buffer qbuf = device.buffer(std::max<std::uint64_t>(batch * d * s, 16));
+  vulkan::Buffer qnorms = device.buffer(std::max<std::uint64_t>(batch * s, 16));
+  vulkan::Buffer band_buf = device.buffer(2 * s);
+  vulkan::Buffer counts;
+  vulkan::Buffer status = device.buffer(16, vulkan::MemoryUse::readback);
+  vulkan::Buffer found;
+  const T band_values[2] = {band.lo, band.hi};
+  vulkan::upload(device, band_buf, 0, band_values, 2 * s);
+
+  st.database_blocks = n_blocks;
+  st.streamed = resident == nullptr;
+  std::vector<radius_detail::BlockPairs> pairs(n_blocks);
+  std::vector<std::uint32_t> host_counts;
+  std::vector<std::uint32_t> offsets;
+
+  auto submit = [&](vulkan::Commands& cmds) {
+    cmds.submit_and_wait();
+    if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
+      throw unsupported(info.name + " cut the radius kernel short (llvmpipe's limit of 65535 loop iterations per "
+                        "invocation) for d=" + std::to_string(d));
+  };
+
+  for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
+    const std::uint64_t b0 = blk * nb_max;
+    typename KnnDatabase<T>::Block streamed;
+    if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
+    const auto& block = resident ? resident->blocks()[blk] : streamed;
+    auto& out = pairs[blk];
+    out.offsets.reserve(std::size_t(m) + 1);
+    for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += batch) {
+      const std::uint64_t mb = std::min<std::uint64_t>(batch, m - q0);
+      const std::uint64_t tiles = ceil_div(mb, BM);
+      const std::uint64_t rows_per_split = split_rows_for(mb, block.rows);
+      const std::uint64_t splits = ceil_div(block.rows, rows_per_split);
+      radius_detail::ensure(device, counts, 8 * mb * splits);
+      ++st.batches;
+
+      // COUNT.
+      vulkan::upload_rows<T>(device, qbuf, 0, queries, Index(q0), Index(q0 + mb));
+      {
+        vulkan::Commands cmds(device);
+        if (cpu) {
+          cmds.fill(status, 0, 16, 0u);
+          cmds.barrier();
+        }
+        if (metric == Metric::cosine) {
+          record_row_sq_norms<T>(device, cmds, qbuf, qnorms, static_cast<std::uint32_t>(mb), static_cast<std::uint32_t>(d));
+          cmds.barrier();
+        }
+        const shader::Push push{.q0 = 0, .m = std::uint32_t(mb), .n = std::uint32_t(block.rows), .d = std::uint32_t(d),
+                                .base = std::uint32_t(block.first), .split_rows = std::uint32_t(rows_per_split),
+                                .splits = std::uint32_t(splits)};
+        cmds.dispatch(count_kernel,
+                      {{shader::kBindingQueries, qbuf}, {shader::kBindingRows, block.x}, {shader::kBindingQueryNorms, qnorms},
+                       {shader::kBindingRowNorms, block.norms}, {shader::kBindingBand, band_buf},
+                       {shader::kBindingCounts, counts}, {shader::kBindingFound, counts}, {shader::kBindingStatus, status}},
+                      push, static_cast<std::uint32_t>(tiles), static_cast<std::uint32_t>(splits));
+        cmds.host_barrier();
+        submit(cmds);
+      }
+      host_counts.resize(2 * mb * splits);
+      vulkan::download(device, counts, 0, host_counts.data(), host_counts.size() * sizeof(std::uint32_t));
+
+      // FILL, over ranges of the batch's queries whose pairs fit one binding.
+      const std::size_t base_found = out.found.size();
+      std::uint64_t total = 0;
+      for (std::uint64_t q = 0; q < mb; ++q) {
+        std::uint64_t here = 0;
+        for (std::uint64_t sp = 0; sp < splits; ++sp)
+          here += std::uint64_t(host_counts[2 * (q * splits + sp)]) + host_counts[2 * (q * splits + sp) + 1];
+        if (here > fill_cap)
+          throw unsupported("radius search: a query has " + std::to_string(here) + " neighbours in one database block, "
+                            "more than one device buffer holds");
+        total += here;
+        out.offsets.push_back(Index(base_found + total));
+      }
+      out.found.resize(base_found + total);
+      for (std::uint64_t a = 0; a < mb;) {
+        // Queries [a, e) with at most fill_cap pairs.
+        std::uint64_t e = a, pairs_in_range = 0;
+        offsets.clear();
+        while (e < mb) {
+          std::uint64_t here = 0;
+          for (std::uint64_t sp = 0; sp < splits; ++sp)
+            here += std::uint64_t(host_counts[2 * (e * splits + sp)]) + host_counts[2 * (e * splits + sp) + 1];
+          if (pairs_in_range + here > fill_cap) break;
+          for (std::uint64_t sp = 0; sp < splits; ++sp) {
+            offsets.push_back(static_cast<std::uint32_t>(pairs_in_range));
+            pairs_in_range += std::uint64_t(host_counts[2 * (e * splits + sp)]) + host_counts[2 * (e * splits + sp) + 1];
+          }
+          ++e;
+        }
+        if (pairs_in_range > 0) {
+          ++st.fills;
+          radius_detail::ensure(device, found, pairs_in_range * 4);
+          vulkan::upload(device, counts, 0, offsets.data(), offsets.size() * sizeof(std::uint32_t));
+          vulkan::Commands cmds(device);
+          if (cpu) {
+            cmds.fill(status, 0, 16, 0u);
+            cmds.barrier();
+          }
+          const shader::Push push{.q0 = std::uint32_t(a), .m = std::uint32_t(e - a), .n = std::uint32_t(block.rows),
+                                  .d = std::uint32_t(d), .base = std::uint32_t(block.first),
+                                  .split_rows = std::uint32_t(rows_per_split), .splits = std::uint32_t(splits)};
+          cmds.dispatch(fill_kernel,
+                        {{shader::kBindingQueries, qbuf}, {shader::kBindingRows, block.x}, {shader::kBindingQueryNorms, qnorms},
+                         {shader::kBindingRowNorms, block.norms}, {shader::kBindingBand, band_buf},
+                         {shader::kBindingCounts, counts}, {shader::kBindingFound, found}, {shader::kBindingStatus, status}},
+                        push, static_cast<std::uint32_t>(ceil_div(e - a, BM)), static_cast<std::uint32_t>(splits));
+          cmds.host_barrier();
+          submit(cmds);
+          const std::size_t at = std::size_t(out.offsets[std::size_t(q0 + a)]);
+          vulkan::download(device, found, 0, out.found.data() + at, pairs_in_range * 4);
+        }
+        a = e;
+      }
+    }
+  }
+
+  // The finish on the host: certain pairs kept, uncertain ones decided by the exact function, distances from it,
+  // each list ordered as the host engine orders it.
+  std::vector<T> dn, qn;
+  if (metric == Metric::cosine) {
+    dn.resize(std::size_t(n));
+    qn.resize(std::size_t(m));
+    parallel_chunks(n, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (Index j = b; j < e; ++j) dn[std::size_t(j)] = algorithms::dot_fixed(database.row(j).data(), database.row(j).data(), d);
+    });
+    parallel_chunks(m, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (Index i = b; i < e; ++i) qn[std::size_t(i)] = algorithms::dot_fixed(queries.row(i).data(), queries.row(i).data(), d);
+    });
+  }
+  const bool with_values = options.distances || options.sort;
+  constexpr Index kChunk = 256;
+  const Index n_chunks = ceil_div(std::max<Index>(m, 0), kChunk);
+  struct Chunk {
+    std::vector<std::int64_t> indices;
+    std::vector<T> values;
+    std::uint64_t certain = 0, uncertain = 0;
+  };
+  std::vector<Chunk> chunks(static_cast<std::size_t>(n_chunks));
+  std::vector<std::int64_t> list_counts(static_cast<std::size_t>(m), 0);
+  parallel_chunks(n_chunks, 1, [&](std::int64_t, std::int64_t cb, std::int64_t ce) {
+    std::vector<std::pair<T, std::int64_t>> row;
+    for (Index c = cb; c < ce; ++c) {
+      Chunk& out = chunks[std::size_t(c)];
+      for (Index i = c * kChunk; i < std::min(m, (c + 1) * kChunk); ++i) {
+        row.clear();
+        const T* q = queries.row(i).data();
+        const T qni = metric == Metric::cosine ? qn[std::size_t(i)] : T(0);
+        for (const auto& block : pairs) {
+          const std::size_t first = row.size();
+          for (Index f = block.offsets[std::size_t(i)]; f < block.offsets[std::size_t(i) + 1]; ++f) {
+            const std::uint32_t word = block.found[std::size_t(f)];
+            const Index j = Index(word & ~shader::kUncertain);
+            if (options.exclude_self && j == i) continue;
+            const bool uncertain = (word & shader::kUncertain) != 0;
+            T v = T(0);
+            if (uncertain || with_values)
+              v = algorithms::radius_distance(q, database.row(j).data(), d, metric, qni,
+                                              metric == Metric::cosine ? dn[std::size_t(j)] : T(0));
+            if (uncertain) {
+              ++out.uncertain;
+              if (!(v <= r)) continue;
+            } else {
+              ++out.certain;
+            }
+            row.emplace_back(v, j);
+          }
+          // Each block's pairs arrive in no particular order; blocks follow each other in index order.
+          if (!options.sort)
+            std::sort(row.begin() + std::ptrdiff_t(first), row.end(),
+                      [](const auto& x, const auto& y) { return x.second < y.second; });
+        }
+        if (options.sort) std::sort(row.begin(), row.end());
+        list_counts[std::size_t(i)] = Index(row.size());
+        for (const auto& [v, j] : row) {
+          out.indices.push_back(j);
+          if (options.distances) out.values.push_back(v);
+        }
+      }
+    }
+  });
+  pairs.clear();
+
+  algorithms::RadiusResult<T> result;
+  result.offsets.resize(std::size_t(m) + 1, 0);
+  for (Index i = 0; i < m; ++i) result.offsets[std::size_t(i) + 1] = result.offsets[std::size_t(i)] + list_counts[std::size_t(i)];
+  result.indices.reserve(std::size_t(result.offsets.back()));
+  if (options.distances) result.distances.reserve(std::size_t(result.offsets.back()));
+  for (const Chunk& c : chunks) {
+    result.indices.insert(result.indices.end(), c.indices.begin(), c.indices.end());
+    result.distances.insert(result.distances.end(), c.values.begin(), c.values.end());
+    st.certain += c.certain;
+    st.uncertain += c.uncertain;
+  }
+  return result;
+}
+
+}  // namespace gpuml::kernels

@@ -1,0 +1,248 @@
+// Radius neighbours on a Vulkan device against the host engine, bit for bit (sets, order, distances), on data with
+// pairs at exactly the radius (integer grids scaled by a power of two, duplicated rows), float and double, every
+// radius metric, sorted or not, X=None, the DBSCAN graph, batches, a device memory limit that streams the database,
+// and a database sharded over the device opened twice. The host engine itself against an integer reference.
+#include "support.hpp"
+
+#include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/kernels/radius.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gpuml::Matrix;
+using gpuml::Metric;
+using gpuml::RadiusResult;
+using gpuml::testing::backends;
+using gpuml::testing::random_matrix;
+using gpuml::testing::test_seed;
+
+const std::vector<Metric> kRadiusMetrics = {Metric::euclidean, Metric::sqeuclidean, Metric::manhattan, Metric::chebyshev,
+                                            Metric::cosine};
+
+/// Integers in [-span, span] times 2^-3 (exact in float and double, so many pairs tie at exactly one distance),
+/// with every `dup`-th row a copy of an earlier one.
+template <class T>
+Matrix<T> grid(Eigen::Index rows, Eigen::Index cols, std::uint64_t salt, int span = 4, int dup = 7) {
+  std::mt19937_64 rng(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::uniform_int_distribution<int> v(-span, span);
+  Matrix<T> X(rows, cols);
+  for (Eigen::Index i = 0; i < rows; ++i)
+    for (Eigen::Index f = 0; f < cols; ++f) X(i, f) = T(v(rng)) / T(8);
+  for (Eigen::Index i = dup; i < rows; i += dup) X.row(i) = X.row(std::uniform_int_distribution<Eigen::Index>(0, i - 1)(rng));
+  return X;
+}
+
+template <class T>
+void expect_same(const RadiusResult<T>& got, const RadiusResult<T>& want, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(got.offsets, want.offsets);
+  ASSERT_EQ(got.indices, want.indices);
+  ASSERT_EQ(got.distances.size(), want.distances.size());
+  for (std::size_t e = 0; e < want.distances.size(); ++e)
+    ASSERT_EQ(std::memcmp(&got.distances[e], &want.distances[e], sizeof(T)), 0)
+        << "pair " << e << ": " << got.distances[e] << " vs " << want.distances[e];
+}
+
+/// Radii at which pairs lie exactly: the host's distances of a few pairs, and one between.
+template <class T>
+std::vector<double> exact_radii(const Matrix<T>& db, const Matrix<T>& q, Metric metric) {
+  std::vector<double> radii;
+  for (Eigen::Index j : {Eigen::Index(3), Eigen::Index(11)}) {
+    const T qn = gpuml::algorithms::dot_fixed(q.row(0).data(), q.row(0).data(), q.cols());
+    const T xn = gpuml::algorithms::dot_fixed(db.row(j).data(), db.row(j).data(), db.cols());
+    radii.push_back(double(gpuml::algorithms::radius_distance(q.row(0).data(), db.row(j).data(), db.cols(), metric, qn, xn)));
+  }
+  radii.push_back(0.5 * (radii[0] + radii[1]));
+  return radii;
+}
+
+template <class T>
+class Radius : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(Radius, Scalars);
+
+// The device kernel against host::radius_search for every metric, sort on and off, X=None, several batch sizes;
+// the band must have caught uncertain pairs on this tie-rich data (else the test could not fail for them).
+TYPED_TEST(Radius, DeviceKernelIsTheHostEngine) {
+  using T = TypeParam;
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    auto& device = *b.backend.device();
+    if (std::is_same_v<T, double> && !device.info().float64) continue;
+    for (Eigen::Index d : {Eigen::Index(3), Eigen::Index(19)}) {
+      const Matrix<T> db = grid<T>(331, d, 1 + d), q = grid<T>(77, d, 2 + d);
+      const gpuml::kernels::KnnDatabase<T> resident(device, db);
+      for (Metric metric : kRadiusMetrics) {
+        std::uint64_t uncertain = 0, certain = 0;
+        for (double radius : exact_radii<T>(db, q, metric)) {
+          for (bool sort : {false, true}) {
+            const std::string what = std::string(gpuml::metric_name(metric)) + " d=" + std::to_string(d) + " r=" + std::to_string(radius) +
+                                     (sort ? " sorted" : "");
+            const auto want = gpuml::host::radius_search<T>(db, q, radius, metric, sort);
+            gpuml::kernels::RadiusSearchStats stats;
+            gpuml::kernels::RadiusSearchOptions options;
+            options.sort = sort;
+            for (std::uint64_t batch : {std::uint64_t(0), std::uint64_t(5)}) {
+              options.max_batch_queries = batch;
+              expect_same<T>(gpuml::kernels::radius_search<T>(device, db, q, radius, metric, &resident, options, &stats), want,
+                             what + " batch " + std::to_string(batch));
+              uncertain += stats.uncertain;
+              certain += stats.certain;
+            }
+            options.max_batch_queries = 0;
+            options.exclude_self = true;
+            expect_same<T>(gpuml::kernels::radius_search<T>(device, db, db, radius, metric, &resident, options),
+                           gpuml::host::radius_search<T>(db, db, radius, metric, sort, true), what + " X=None");
+          }
+        }
+        EXPECT_GT(uncertain, 0u) << std::string(gpuml::metric_name(metric)) << ": no pair fell in the band at an exact radius";
+        EXPECT_GT(certain, 0u) << std::string(gpuml::metric_name(metric));
+      }
+    }
+  }
+}
+
+// Continuous data, a radius between pairs, radius 0 (duplicates only) and one beyond every pair; through the
+// estimator: radius_neighbors, radius_neighbors_self and radius_graph_self on the device equal the host backend's.
+TYPED_TEST(Radius, EstimatorOnTheDeviceIsTheHostBackend) {
+  using T = TypeParam;
+  const Eigen::Index d = 6;
+  Matrix<T> db = random_matrix<T>(257, d, 11);
+  db.row(100) = db.row(17);  // a duplicate: at distance 0
+  const Matrix<T> q = random_matrix<T>(41, d, 12);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    for (Metric metric : kRadiusMetrics) {
+      gpuml::NearestNeighbors<T> host({5, std::string(gpuml::metric_name(metric))}, gpuml::Backend::host()), device({5, std::string(gpuml::metric_name(metric))}, b.backend);
+      host.fit(db);
+      device.fit(db);
+      for (double radius : {0.0, metric == Metric::cosine ? 0.3 : 0.9, 1e30}) {
+        const std::string what = std::string(gpuml::metric_name(metric)) + " r=" + std::to_string(radius);
+        for (bool sort : {false, true}) {
+          expect_same<T>(device.radius_neighbors(q, radius, sort), host.radius_neighbors(q, radius, sort), what);
+          expect_same<T>(device.radius_neighbors_self(radius, sort), host.radius_neighbors_self(radius, sort), what + " X=None");
+        }
+        const auto graph = device.radius_graph_self(radius);
+        EXPECT_TRUE(graph.distances.empty());
+        auto want = gpuml::host::radius_search<T>(db, db, radius, metric, false);
+        want.distances.clear();
+        expect_same<T>(graph, want, what + " graph");
+      }
+    }
+  }
+}
+
+// A device memory limit far below the data: the database is not kept resident, is streamed in several blocks, the
+// queries come in several batches, and the result is still the host engine's.
+TYPED_TEST(Radius, TinyDeviceMemoryStreamsTheDatabase) {
+  using T = TypeParam;
+  const Matrix<T> db = grid<T>(1203, 5, 21), q = grid<T>(300, 5, 22);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    auto& device = *b.backend.device();
+    if (std::is_same_v<T, double> && !device.info().float64) continue;
+    gpuml::ScopedConfig small(gpuml::config().set_device_memory_limit(64 << 10));
+    for (Metric metric : {Metric::euclidean, Metric::manhattan, Metric::cosine}) {
+      const double radius = exact_radii<T>(db, q, metric)[0];
+      gpuml::kernels::RadiusSearchStats stats;
+      gpuml::kernels::RadiusSearchOptions options;
+      options.sort = true;
+      expect_same<T>(gpuml::kernels::radius_search<T>(device, db, q, radius, metric, nullptr, options, &stats),
+                     gpuml::host::radius_search<T>(db, q, radius, metric, true), std::string(gpuml::metric_name(metric)) + " streamed");
+      EXPECT_TRUE(stats.streamed);
+      EXPECT_GT(stats.database_blocks, 1u);
+      EXPECT_GT(stats.batches, stats.database_blocks);
+      gpuml::NearestNeighbors<T> nn({5, std::string(gpuml::metric_name(metric))}, b.backend);
+      nn.fit(db);
+      expect_same<T>(nn.radius_neighbors_self(radius, false), gpuml::host::radius_search<T>(db, db, radius, metric, false, true),
+                     std::string(gpuml::metric_name(metric)) + " estimator, streamed");
+    }
+  }
+}
+
+// The database sharded over the device opened twice: one device's lists, sorted or not, X=None and the graph.
+TYPED_TEST(Radius, ShardedDatabaseGivesOneDevicesLists) {
+  using T = TypeParam;
+  const Matrix<T> db = grid<T>(409, 4, 31), q = grid<T>(53, 4, 32);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    const std::string index = std::to_string(b.backend.device()->info().index);
+    const gpuml::Backend sharded = gpuml::select_backend(index + "," + index);
+    for (Metric metric : kRadiusMetrics) {
+      const double radius = exact_radii<T>(db, q, metric)[1];
+      gpuml::NearestNeighbors<T> one({5, std::string(gpuml::metric_name(metric))}, b.backend), many({5, std::string(gpuml::metric_name(metric))}, sharded);
+      one.fit(db);
+      many.fit(db);
+      for (bool sort : {false, true}) {
+        expect_same<T>(many.radius_neighbors(q, radius, sort), one.radius_neighbors(q, radius, sort), std::string(gpuml::metric_name(metric)));
+        expect_same<T>(many.radius_neighbors_self(radius, sort), one.radius_neighbors_self(radius, sort),
+                       std::string(gpuml::metric_name(metric)) + " X=None");
+      }
+      expect_same<T>(many.radius_graph_self(radius), one.radius_graph_self(radius), std::string(gpuml::metric_name(metric)) + " graph");
+    }
+  }
+}
+
+// An independent reference: on the integer grid, squared euclidean, manhattan and chebyshev distances are exact
+// in T, so the sets at an exact radius are those of integer arithmetic, on every backend.
+TYPED_TEST(Radius, SetsAtAnExactRadiusAreTheIntegerReference) {
+  using T = TypeParam;
+  const Eigen::Index d = 7;
+  const Matrix<T> db = grid<T>(211, d, 41), q = grid<T>(29, d, 42);
+  for (const auto& b : backends()) {
+    for (Metric metric : {Metric::euclidean, Metric::sqeuclidean, Metric::manhattan, Metric::chebyshev}) {
+      gpuml::NearestNeighbors<T> nn({5, std::string(gpuml::metric_name(metric))}, b.backend);
+      nn.fit(db);
+      // In units of 1/8 (1/64 squared): the integer value of a pair.
+      auto units = [&](Eigen::Index i, Eigen::Index j) {
+        long long s = 0;
+        for (Eigen::Index f = 0; f < d; ++f) {
+          const long long e = std::llround(double(q(i, f)) * 8) - std::llround(double(db(j, f)) * 8);
+          if (metric == Metric::manhattan) s += std::llabs(e);
+          else if (metric == Metric::chebyshev) s = std::max(s, std::llabs(e));
+          else s += e * e;
+        }
+        return s;
+      };
+      const long long at = units(0, 5);  // a pair exactly at the radius
+      const double radius = metric == Metric::euclidean ? std::sqrt(double(at)) / 8
+                            : metric == Metric::sqeuclidean ? double(at) / 64 : double(at) / 8;
+      // Euclidean: the radius is sqrt rounded, so compare on the squared units only where the root is exact.
+      if (metric == Metric::euclidean && std::sqrt(double(at)) != std::floor(std::sqrt(double(at)))) continue;
+      const auto got = nn.radius_neighbors(q, radius, false);
+      std::size_t e = 0;
+      for (Eigen::Index i = 0; i < q.rows(); ++i) {
+        std::vector<std::int64_t> want;
+        for (Eigen::Index j = 0; j < db.rows(); ++j)
+          if (units(i, j) <= at) want.push_back(j);
+        const std::vector<std::int64_t> row(got.indices.begin() + got.offsets[i], got.indices.begin() + got.offsets[i + 1]);
+        ASSERT_EQ(row, want) << b.name << " " << std::string(gpuml::metric_name(metric)) << " query " << i;
+        e += want.size();
+      }
+      EXPECT_GT(e, std::size_t(q.rows()));  // some neighbours beyond the exact pair itself
+    }
+  }
+}
+
+TYPED_TEST(Radius, BadInputIsRefused) {
+  using T = TypeParam;
+  const Matrix<T> db = random_matrix<T>(20, 3, 51);
+  for (const auto& b : backends()) {
+    gpuml::NearestNeighbors<T> ip({5, "inner_product"}, b.backend);
+    ip.fit(db);
+    EXPECT_THROW(ip.radius_neighbors(db, 0.5), gpuml::invalid_input);
+    EXPECT_THROW(ip.radius_graph_self(0.5), gpuml::invalid_input);
+    gpuml::NearestNeighbors<T> nn({5, "euclidean"}, b.backend);
+    nn.fit(db);
+    EXPECT_THROW(nn.radius_graph_self(-1.0), gpuml::invalid_input);
+    EXPECT_THROW(nn.radius_neighbors(random_matrix<T>(4, 2, 52), 0.5), gpuml::invalid_input);
+  }
+}
+
+}  // namespace
