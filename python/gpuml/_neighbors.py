@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from sklearn.neighbors import KNeighborsClassifier as _SklearnKNeighborsClassifier
 from sklearn.neighbors import KNeighborsRegressor as _SklearnKNeighborsRegressor
 from sklearn.neighbors import NearestNeighbors as _SklearnNearestNeighbors
+from sklearn.preprocessing import normalize
 from sklearn.utils.arrayfuncs import _all_with_any_reduction_axis_1
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -56,8 +57,42 @@ def _ragged(values, offsets):
     return out
 
 
-class _GpumlKNeighborsMixin:
-    """kneighbors on gpuml for the supported metrics; everything else is scikit-learn's."""
+def _sort_rows(distances, indices):
+    """Puts each row in (distance, index) order, in place, where it is not. The search ranks float32 data by its
+    float32 values, and two neighbours within float32 rounding of each other can come back in the opposite order of
+    their float64 distances (iris has such pairs); scikit-learn's lists ascend in the distances it returns, and
+    LocalOutlierFactor reads a row's last column as its k-distance."""
+    step = np.diff(distances, axis=1)
+    rows = np.flatnonzero(((step < 0) | ((step == 0) & (np.diff(indices, axis=1) < 0))).any(axis=1))
+    if len(rows):
+        d, i = distances[rows], indices[rows]
+        order = np.lexsort((i, d), axis=-1)
+        distances[rows] = np.take_along_axis(d, order, axis=1)
+        indices[rows] = np.take_along_axis(i, order, axis=1)
+
+
+def _sklearn_float32_cosine(queries, fit_X, indices, chunk=8192):
+    """The cosine distances of float32 queries to their neighbours fit_X[indices], rounded as scikit-learn's
+    cosine_distances rounds them: rows scaled by scikit-learn's own normalize, then 1 - their dot product
+    accumulated as a float32 matrix product accumulates it (one fused multiply-add per feature, in feature order:
+    a product of two float32 values is exact in float64), clipped to [0, 2]. gpuml's kernel divides by the norms
+    instead, which differs in the last bit (and TSNE's gradient descent amplifies the last bit)."""
+    q, f = normalize(queries), normalize(fit_X)
+    out = np.empty(indices.shape, dtype=np.float32)
+    for start in range(0, len(indices), chunk):
+        rows = indices[start : start + chunk]
+        acc = np.zeros(rows.shape, dtype=np.float32)
+        for j in range(q.shape[1]):
+            product = q[start : start + chunk, j, None].astype(np.float64) * f[rows, j].astype(np.float64)
+            acc = (acc + product).astype(np.float32)
+        np.clip(1 - acc, 0, 2, out=out[start : start + chunk])
+    return out
+
+
+class _GpumlNeighborsBase:
+    """What gpuml's searches share: whether gpuml can run them, and the database on gpuml. Every gpuml neighbour
+    estimator (NearestNeighbors, the k and radius estimators, the transformers, LocalOutlierFactor) searches through
+    the mixins below, so they all search, fall back and count calls alike."""
 
     def _gpuml_unsupported(self):
         """Why this fitted estimator's searches cannot run on gpuml (None when they can)."""
@@ -91,6 +126,10 @@ class _GpumlKNeighborsMixin:
         with _databases_lock:
             _databases[self] = (key, db)
         return db
+
+
+class _GpumlKNeighborsMixin(_GpumlNeighborsBase):
+    """kneighbors on gpuml for the supported metrics; everything else is scikit-learn's."""
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """Find the K-neighbors of a point (see sklearn.neighbors.NearestNeighbors.kneighbors)."""
@@ -135,10 +174,22 @@ class _GpumlKNeighborsMixin:
             return super().kneighbors(None if query_is_train else X, n_neighbors, return_distance)
 
         # float32 data: the distances come back recomputed in float64 from differences (float32 for cosine).
-        distances, indices, messages = db.kneighbors(queries, int(n_neighbors), bool(return_distance))
+        # float32 data ranked in float32 comes back in the order of the distances returned (_sort_rows), with or
+        # without them; cosine's float32 distances are scikit-learn's (_sklearn_float32_cosine).
+        reorder = dtype == np.float32
+        distances, indices, messages = db.kneighbors(queries, int(n_neighbors), bool(return_distance or reorder))
         raise_warnings(messages)
         calls.count("gpuml")
+        if reorder:
+            if _gpuml_metric(self.metric, self.p, self.metric_params) == "cosine":
+                fit_X = self._fit_X.toarray() if sp.issparse(self._fit_X) else self._fit_X
+                distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, indices)
+            _sort_rows(distances, indices)
         return (distances, indices) if return_distance else indices
+
+
+class _GpumlRadiusNeighborsMixin(_GpumlNeighborsBase):
+    """radius_neighbors on gpuml for the supported metrics; everything else is scikit-learn's."""
 
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """Find the neighbors within a given radius (see sklearn.neighbors.NearestNeighbors.radius_neighbors)."""
@@ -192,7 +243,7 @@ class _GpumlKNeighborsMixin:
         return (_ragged(distances, offsets), ind) if return_distance else ind
 
 
-class NearestNeighbors(_GpumlKNeighborsMixin, _SklearnNearestNeighbors):
+class NearestNeighbors(_GpumlKNeighborsMixin, _GpumlRadiusNeighborsMixin, _SklearnNearestNeighbors):
     """Unsupervised nearest neighbours on a Vulkan device: scikit-learn's NearestNeighbors, plus `device`."""
 
     _parameter_constraints = {**_SklearnNearestNeighbors._parameter_constraints, "device": DEVICE_CONSTRAINT}

@@ -1,5 +1,6 @@
-"""gpuml.patch_sklearn(): scikit-learn's KMeans, NearestNeighbors, KNeighborsClassifier and KNeighborsRegressor
-become gpuml's under every name a scikit-learn module holds them by, whatever was imported first: sklearn.cluster
+"""gpuml.patch_sklearn(): scikit-learn's KMeans, DBSCAN, NearestNeighbors, KNeighborsClassifier,
+KNeighborsRegressor, RadiusNeighborsClassifier, RadiusNeighborsRegressor, KNeighborsTransformer,
+RadiusNeighborsTransformer and LocalOutlierFactor (PATCHED_CLASSES) become gpuml's under every name a scikit-learn module holds them by, whatever was imported first: sklearn.cluster
 and sklearn.neighbors, the private modules that define the classes, and every module that bound one at its own
 import (DBSCAN's, OPTICS', TSNE's, Isomap's, SpectralEmbedding's modules, sklearn.neighbors._graph for
 kneighbors_graph(), ...). A scikit-learn module imported later binds gpuml's classes from the patched modules.
@@ -13,14 +14,38 @@ import logging
 import sys
 import threading
 
+from ._graph import KNeighborsTransformer, RadiusNeighborsTransformer
 from ._kmeans import KMeans
+from ._lof import LocalOutlierFactor
 from ._neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+from ._radius import RadiusNeighborsClassifier, RadiusNeighborsRegressor
+
+try:  # DBSCAN's module and extension functions are built separately from the neighbour estimators
+    from ._dbscan import DBSCAN
+
+    _OPTIONAL_CLASSES = (DBSCAN,)
+except ImportError:
+    _OPTIONAL_CLASSES = ()
 
 logger = logging.getLogger("gpuml")
 
 _lock = threading.Lock()
 
-_GPUML_CLASSES = (KMeans, NearestNeighbors, KNeighborsClassifier, KNeighborsRegressor)
+_GPUML_CLASSES = (
+    KMeans,
+    NearestNeighbors,
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    RadiusNeighborsClassifier,
+    RadiusNeighborsRegressor,
+    KNeighborsTransformer,
+    RadiusNeighborsTransformer,
+    LocalOutlierFactor,
+    *_OPTIONAL_CLASSES,
+)
+
+#: The names of the scikit-learn classes patch_sklearn() replaces.
+PATCHED_CLASSES = tuple(c.__name__ for c in _GPUML_CLASSES)
 
 # The subpackages whose modules bind one of the classes at import (scikit-learn 1.9): imported before the walk, so
 # that what patch_sklearn() lists does not depend on what the program imported so far.
@@ -67,7 +92,7 @@ def _holding(classes):
 
 
 def patch_sklearn():
-    """Replaces scikit-learn's four classes by gpuml's wherever scikit-learn's modules hold them (idempotent).
+    """Replaces scikit-learn's classes (PATCHED_CLASSES) by gpuml's wherever scikit-learn's modules hold them (idempotent).
     Returns the dotted names that hold gpuml's classes now; the names it replaced are logged at INFO level."""
     for name in _SUBPACKAGES:  # outside the lock: an import may run code that takes it
         importlib.import_module(name)
