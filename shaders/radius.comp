@@ -14,6 +14,10 @@
 // so a tile costs its product and one compare per value; counts live in registers, one shared add per thread and
 // query at the end. FILL appends a pair with one shared atomic per pair found (not per pair formed).
 //
+// WINDOWED: rows and queries are sorted by one feature, and each query tile scans only the rows its queries can
+// reach in it (algorithms::sorted_windows; the host computes the windows), so low-dimensional searches form a small
+// fraction of the pairs.
+//
 // Cosine: a row whose squared norm is below kTinyNorm (or zero) has no reliable inverse norm in this precision:
 // every pair with it is uncertain (the exact function gives 1 for a zero row).
 #include "common.glsl"
@@ -27,6 +31,7 @@ layout(constant_id = kSpecBK) const uint BK = 16;
 layout(constant_id = kSpecMetric) const uint METRIC = kMetricSquared;
 layout(constant_id = kSpecMode) const uint MODE = kModeCount;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(constant_id = kSpecWindowed) const uint WINDOWED = 0;
 layout(local_size_x_id = kSpecWX, local_size_y_id = kSpecWY) in;
 
 layout(std430, binding = kBindingQueries) readonly buffer QBuf { scalar Q[]; };
@@ -37,6 +42,7 @@ layout(std430, binding = kBindingBand) readonly buffer BandBuf { scalar band[]; 
 layout(std430, binding = kBindingCounts) buffer CountBuf { uint counts[]; };
 layout(std430, binding = kBindingFound) writeonly buffer FoundBuf { uint found[]; };
 layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
+layout(std430, binding = kBindingWindows) readonly buffer WindowBuf { uint windows[]; };
 
 #if defined(GPUML_F64)
 const scalar kTinyNorm = 1.0e-200LF;
@@ -78,8 +84,15 @@ void main() {
   const uint tid = gl_LocalInvocationID.y * WX + gl_LocalInvocationID.x;
   const uint row0 = gl_WorkGroupID.x * BM;
   const uint split = gl_WorkGroupID.y;
-  const uint c_begin = split * p.split_rows;
-  const uint c_end = min(p.n, c_begin + p.split_rows);
+  uint c_begin = split * p.split_rows;
+  uint c_end = min(p.n, c_begin + p.split_rows);
+  if (WINDOWED != 0u && row0 < p.m) {
+    // Sorted rows and queries: the tile's rows lie between its first query's window start and its last query's
+    // window end (global rows; this block holds [p.base, p.base + p.n)).
+    const uint first = windows[2u * (p.q0 + row0)], last = windows[2u * (p.q0 + min(row0 + BM, p.m) - 1u) + 1u];
+    c_begin = max(c_begin, first > p.base ? first - p.base : 0u);
+    c_end = min(c_end, last > p.base ? last - p.base : 0u);
+  }
   const scalar lo = band[0], hi = band[1];
 
   for (uint r = tid; r < BM; r += NT) {

@@ -7,6 +7,7 @@
 #include <gpuml/estimators/neighbors.hpp>
 #include <gpuml/kernels/radius.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -190,6 +191,55 @@ TYPED_TEST(Radius, ShardedDatabaseGivesOneDevicesLists) {
       expect_same<T>(many.radius_graph_self(radius), one.radius_graph_self(radius), std::string(gpuml::metric_name(metric)) + " graph");
     }
   }
+}
+
+/// X's rows sorted (stably) by feature f.
+template <class T>
+Matrix<T> sorted_by(const Matrix<T>& X, Eigen::Index f) {
+  std::vector<Eigen::Index> order(std::size_t(X.rows()));
+  for (Eigen::Index i = 0; i < X.rows(); ++i) order[std::size_t(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return X(a, f) < X(b, f); });
+  Matrix<T> S(X.rows(), X.cols());
+  for (Eigen::Index i = 0; i < X.rows(); ++i) S.row(i) = X.row(order[std::size_t(i)]);
+  return S;
+}
+
+// Rows sorted by one feature: each query scans only its window of rows, on the host and on the device (whole
+// batches, batches of 7, the sharded estimator), and the lists are those of the whole scan, on grid data where many
+// pairs differ by exactly the radius in the sorted feature alone. Unsorted rows are refused.
+TYPED_TEST(Radius, SortedRowsScanTheirWindowAndGiveTheWholeScan) {
+  using T = TypeParam;
+  const Eigen::Index d = 3, f = 1;
+  const Matrix<T> db = sorted_by<T>(grid<T>(389, d, 51, 6), f), q = sorted_by<T>(grid<T>(61, d, 52, 6), f);
+  for (Metric metric : kRadiusMetrics) {
+    for (double radius : {0.25, 0.375, exact_radii<T>(db, q, metric)[2]}) {
+      const std::string what = std::string(gpuml::metric_name(metric)) + " r=" + std::to_string(radius);
+      const auto whole = gpuml::host::radius_search<T>(db, q, radius, metric, false);
+      expect_same<T>(gpuml::host::radius_search<T>(db, q, radius, metric, false, false, f), whole, what + " host");
+      const auto whole_self = gpuml::host::radius_search<T>(db, db, radius, metric, false);
+      for (const auto& b : backends()) {
+        if (!b.backend.is_vulkan()) continue;
+        auto& device = *b.backend.device();
+        if (std::is_same_v<T, double> && !device.info().float64) continue;
+        for (std::uint64_t batch : {std::uint64_t(0), std::uint64_t(7)}) {
+          gpuml::kernels::RadiusSearchOptions options;
+          options.sorted_feature = f;
+          options.max_batch_queries = batch;
+          expect_same<T>(gpuml::kernels::radius_search<T>(device, db, q, radius, metric, nullptr, options), whole,
+                         what + " device, batch " + std::to_string(batch));
+        }
+        const std::string index = std::to_string(device.info().index);
+        gpuml::NearestNeighbors<T> nn({5, std::string(gpuml::metric_name(metric))}, gpuml::select_backend(index + "," + index));
+        nn.fit(db);
+        auto want = whole_self;
+        want.distances.clear();
+        expect_same<T>(nn.radius_graph_self(radius, f), want, what + " sharded graph");
+      }
+    }
+  }
+  const Matrix<T> unsorted = grid<T>(50, d, 53);
+  EXPECT_THROW(gpuml::host::radius_search<T>(unsorted, unsorted, 0.5, Metric::euclidean, false, false, 0), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::host::radius_search<T>(db, db, 0.5, Metric::euclidean, false, false, d), gpuml::invalid_input);
 }
 
 // An independent reference: on the integer grid, squared euclidean, manhattan and chebyshev distances are exact

@@ -5,12 +5,15 @@
 
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/core/error.hpp>
+#include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace gpuml::algorithms {
 
@@ -100,6 +103,61 @@ RadiusBand<T> radius_band(double radius, Metric metric, std::int64_t d) {
     return double(t) < x ? std::nextafter(t, std::numeric_limits<T>::infinity()) : t;
   };
   return {down(lo), up(hi)};
+}
+
+/// How far apart in any one feature two rows can be and still be within the radius: a pair whose difference in
+/// one feature exceeds the reach has radius_distance > radius (each metric's value is at least that feature's
+/// contribution, and the reach allows for every rounding of radius_distance, for underflow, and for the rounding of
+/// `feature_scale` (the largest magnitude in the feature) when windows are formed in double). Infinite for cosine,
+/// which no single feature bounds. Searches over rows sorted by one feature scan only the rows within the reach.
+template <class T>
+double radius_reach(double radius, Metric metric, std::int64_t d, double feature_scale) {
+  const double r = double(radius_in<T>(radius));
+  if (std::isinf(r) || metric == Metric::cosine || metric == Metric::inner_product) return std::numeric_limits<double>::infinity();
+  const double u = std::ldexp(1.0, -std::numeric_limits<T>::digits);
+  const double tiny = double(std::numeric_limits<T>::min());
+  const double rel = 8 * (double(d) + 4) * u + 16 * u;
+  const double scale_err = 8 * std::ldexp(1.0, -53) * feature_scale;
+  switch (metric) {
+    case Metric::euclidean: return r * (1 + rel) + 4 * std::sqrt((double(d) + 4) * tiny) + scale_err;
+    case Metric::sqeuclidean: return std::sqrt(r * (1 + rel)) + 4 * std::sqrt((double(d) + 4) * tiny) + scale_err;
+    default: return r * (1 + rel) + 4 * (double(d) + 4) * tiny + scale_err;
+  }
+}
+
+/// The largest magnitude of `feature` in the database and the queries (radius_reach's feature_scale).
+template <class T>
+double feature_scale(MatrixView<T> database, MatrixView<T> queries, Eigen::Index feature) {
+  double s = 0;
+  for (Eigen::Index j = 0; j < database.rows(); ++j) s = std::max(s, std::abs(double(database(j, feature))));
+  for (Eigen::Index i = 0; i < queries.rows(); ++i) s = std::max(s, std::abs(double(queries(i, feature))));
+  return s;
+}
+
+/// For rows sorted by `feature` (ascending) and queries sorted the same way: per query, the database rows
+/// [first, last) whose value of the feature is within `reach` of the query's, by one merge-like sweep (both sides
+/// sorted). Throws invalid_input where either side is not sorted.
+template <class T>
+std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> queries, Eigen::Index feature, double reach) {
+  const std::int64_t n = database.rows(), m = queries.rows();
+  auto value = [&](MatrixView<T> M, std::int64_t i) { return double(M(i, feature)); };
+  for (std::int64_t j = 1; j < n; ++j)
+    if (!(value(database, j - 1) <= value(database, j)))
+      throw invalid_input("radius search over sorted rows: the database is not sorted by feature " + std::to_string(feature));
+  for (std::int64_t i = 1; i < m; ++i)
+    if (!(value(queries, i - 1) <= value(queries, i)))
+      throw invalid_input("radius search over sorted rows: the queries are not sorted by feature " + std::to_string(feature));
+  std::vector<std::int64_t> windows(std::size_t(2 * m));
+  std::int64_t lo = 0, hi = 0;
+  for (std::int64_t i = 0; i < m; ++i) {
+    const double q = value(queries, i);
+    while (lo < n && value(database, lo) < q - reach) ++lo;
+    if (hi < lo) hi = lo;
+    while (hi < n && value(database, hi) <= q + reach) ++hi;
+    windows[std::size_t(2 * i)] = lo;
+    windows[std::size_t(2 * i + 1)] = hi;
+  }
+  return windows;
 }
 
 }  // namespace gpuml::algorithms

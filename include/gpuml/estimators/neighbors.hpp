@@ -102,7 +102,8 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
 /// gpuml::unsupported. `distances` false leaves RadiusResult::distances empty.
 template <class T>
 RadiusResult<T> run_radius(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, double radius, Metric metric,
-                           bool sort, bool exclude_self, bool distances, const kernels::KnnDatabase<T>* resident = nullptr) {
+                           bool sort, bool exclude_self, bool distances, const kernels::KnnDatabase<T>* resident = nullptr,
+                           Eigen::Index sorted_feature = -1) {
   return run_on<T>(
       backend, "radius search",
       [&] {
@@ -110,10 +111,11 @@ RadiusResult<T> run_radius(const Backend& backend, MatrixView<T> database, Matri
         options.sort = sort;
         options.distances = distances;
         options.exclude_self = exclude_self;
+        options.sorted_feature = sorted_feature;
         return kernels::radius_search<T>(*backend.device(), database, queries, radius, metric, resident, options);
       },
       [&] {
-        RadiusResult<T> found = host::radius_search<T>(database, queries, radius, metric, sort, exclude_self);
+        RadiusResult<T> found = host::radius_search<T>(database, queries, radius, metric, sort, exclude_self, sorted_feature);
         if (!distances) found.distances = {};
         return found;
       });
@@ -347,11 +349,16 @@ class NearestNeighbors {
   }
 
   /// The radius graph of the training set for DBSCAN: every training sample's neighbours within `radius`
-  /// INCLUDING the sample itself, in index order, without distances (`distances` is empty).
-  RadiusResult<T> radius_graph_self(double radius) const {
+  /// INCLUDING the sample itself, in index order, without distances (`distances` is empty). `sorted_feature` >= 0:
+  /// the training rows are sorted (ascending) by that feature, and each sample scans only the rows within the
+  /// radius's reach in it (the same graph, a fraction of the pairs where the data is spread along that feature).
+  RadiusResult<T> radius_graph_self(double radius, Eigen::Index sorted_feature = -1) const {
     require_fitted();
     if (!(radius >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
-    return radius_search(X_, radius, false, false, false);
+    if (sorted_feature >= X_.cols())
+      throw invalid_input("radius_graph_self: sorted_feature " + std::to_string(sorted_feature) + " of " +
+                          std::to_string(X_.cols()) + " features");
+    return radius_search(X_, radius, false, false, false, sorted_feature);
   }
 
   /// return_distance=False variants.
@@ -404,12 +411,13 @@ class NearestNeighbors {
   /// The radius search on the backend's one device (or the host), or on every shard at once (one thread per
   /// device): each shard's lists in index order with global indices, concatenated per query in shard order (so in
   /// index order), then sorted where asked; the same lists as one device's.
-  RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self, bool distances = true) const {
+  RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self, bool distances = true,
+                                Eigen::Index sorted_feature = -1) const {
     const double r = radius < 0 ? params_.radius : radius;
     if constexpr (std::is_same_v<T, float>) {
       if (detail::values_may_overflow<T>(std::max(max_abs_, detail::max_abs<T>(queries)), X_.cols(), metric_)) {
         const Matrix<double> database = X_.template cast<double>(), q = queries.template cast<double>();
-        auto wide = host::radius_search<double>(database, q, r, metric_, sort, exclude_self);
+        auto wide = host::radius_search<double>(database, q, r, metric_, sort, exclude_self, sorted_feature);
         RadiusResult<T> out{std::move(wide.offsets), std::move(wide.indices), {}};
         if (distances) {
           out.distances.reserve(wide.distances.size());
@@ -419,13 +427,14 @@ class NearestNeighbors {
       }
     }
     if (shards_.size() <= 1)
-      return detail::run_radius<T>(backend_, X_, queries, r, metric_, sort, exclude_self, distances, device_X_.get());
+      return detail::run_radius<T>(backend_, X_, queries, r, metric_, sort, exclude_self, distances, device_X_.get(),
+                                   sorted_feature);
     if (!(r >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(r));
     std::vector<RadiusResult<T>> parts(shards_.size());
     concurrently(shards_.size(), [&](std::size_t s) {
       const Shard& shard = shards_[s];
       parts[s] = detail::run_radius<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries, r, metric_, false, false,
-                                       distances || sort, shard.resident.get());
+                                       distances || sort, shard.resident.get(), sorted_feature);
     });
     const auto m = static_cast<std::size_t>(queries.rows());
     RadiusResult<T> out;

@@ -25,9 +25,11 @@ using algorithms::radius_distance;
 
 /// Every database row at distance <= radius from each query, in increasing index order, or sorted by (distance,
 /// index) when `sort`. `exclude_self`: queries are the database itself and row i is not its own neighbour.
+/// `sorted_feature` >= 0: the database and the queries are both sorted by that feature, and each query scans only
+/// the rows within the radius's reach in it (algorithms::sorted_windows; the same result, fewer pairs).
 template <class T>
 algorithms::RadiusResult<T> radius_search(MatrixView<T> database, MatrixView<T> queries, double radius, Metric metric, bool sort,
-                              bool exclude_self = false) {
+                              bool exclude_self = false, Eigen::Index sorted_feature = -1) {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   const std::int64_t n = database.rows(), d = database.cols(), m = queries.rows();
   if (n == 0 || d == 0) throw invalid_input("radius search: the database is empty");
@@ -40,6 +42,12 @@ algorithms::RadiusResult<T> radius_search(MatrixView<T> database, MatrixView<T> 
   if (metric == Metric::inner_product)
     throw invalid_input("radius search: metric inner_product has no radius (it is a similarity)");
   const T r = algorithms::radius_in<T>(radius);
+  if (sorted_feature >= d) throw invalid_input("radius search: sorted_feature " + std::to_string(sorted_feature) + " of " + std::to_string(d) + " features");
+  std::vector<std::int64_t> windows;
+  if (sorted_feature >= 0) {
+    const double reach = algorithms::radius_reach<T>(radius, metric, d, algorithms::feature_scale(database, queries, sorted_feature));
+    if (!std::isinf(reach)) windows = algorithms::sorted_windows(database, queries, sorted_feature, reach);
+  }
 
   std::vector<T> dn, qn;
   if (metric == Metric::cosine) {
@@ -62,7 +70,9 @@ algorithms::RadiusResult<T> radius_search(MatrixView<T> database, MatrixView<T> 
         row.clear();
         const T* q = queries.row(i).data();
         const T qni = metric == Metric::cosine ? qn[std::size_t(i)] : T(0);
-        for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t j0 = windows.empty() ? 0 : windows[std::size_t(2 * i)];
+        const std::int64_t j1 = windows.empty() ? n : windows[std::size_t(2 * i + 1)];
+        for (std::int64_t j = j0; j < j1; ++j) {
           if (exclude_self && j == i) continue;
           const T v = radius_distance(q, database.row(j).data(), d, metric, qni,
                                       metric == Metric::cosine ? dn[std::size_t(j)] : T(0));

@@ -60,6 +60,9 @@ struct RadiusSearchOptions {
   bool sort = false;
   bool distances = true;      ///< false: RadiusResult::distances stays empty
   bool exclude_self = false;  ///< the queries are the database, row i is not its own neighbour
+  /// >= 0: the database and the queries are both sorted (ascending) by this feature; each query tile then scans only
+  /// the rows within the radius's reach in it (algorithms::sorted_windows). Ignored for cosine.
+  Eigen::Index sorted_feature = -1;
   std::uint64_t max_batch_queries = 0;  ///< 0: as many as memory and bindings allow
 };
 
@@ -104,13 +107,15 @@ inline std::uint32_t metric_code(Metric metric) {
 }
 
 template <class T>
-vulkan::KernelRef make_kernel(vulkan::Device& device, const RadiusTile& tile, Metric metric, std::uint32_t mode, bool cpu) {
+vulkan::KernelRef make_kernel(vulkan::Device& device, const RadiusTile& tile, Metric metric, std::uint32_t mode, bool cpu,
+                              bool windowed) {
   namespace shader = radius_interface;
   return device.kernel({RadiusShaders<T>::code(), shader::kBindingCount, sizeof(shader::Push),
                         spec_constants(shader::kSpecCount, {{shader::kSpecWX, tile.wx}, {shader::kSpecWY, tile.wy},
                                                             {shader::kSpecTM, tile.tm}, {shader::kSpecTN, tile.tn},
                                                             {shader::kSpecBK, tile.bk}, {shader::kSpecMetric, metric_code(metric)},
-                                                            {shader::kSpecMode, mode}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
+                                                            {shader::kSpecMode, mode}, {shader::kSpecLoopGuard, cpu ? 1u : 0u},
+                                                            {shader::kSpecWindowed, windowed ? 1u : 0u}})});
 }
 
 /// A buffer of at least `bytes` (grown, never shrunk).
@@ -193,8 +198,20 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   std::uint64_t fill_cap = max_bytes / 4;
   if (budget) fill_cap = std::min<std::uint64_t>(fill_cap, std::max<std::uint64_t>(1, budget / 8 / 4));
 
-  const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu);
-  const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu);
+  // Sorted rows: each query's window of rows (global indices), uploaded per batch.
+  std::vector<std::uint32_t> windows;
+  if (options.sorted_feature >= d) throw invalid_input("radius search: sorted_feature " + std::to_string(options.sorted_feature) + " of " + std::to_string(d) + " features");
+  if (options.sorted_feature >= 0) {
+    const double reach = algorithms::radius_reach<T>(radius, metric, d, algorithms::feature_scale(database, queries, options.sorted_feature));
+    if (!std::isinf(reach)) {
+      const std::vector<std::int64_t> w = algorithms::sorted_windows(database, queries, options.sorted_feature, reach);
+      windows.assign(w.begin(), w.end());
+    }
+  }
+  const bool windowed = !windows.empty();
+  const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu, windowed);
+  const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu, windowed);
+  vulkan::Buffer window_buf = device.buffer(std::max<std::uint64_t>(windowed ? batch * 8 : 16, 16));
   vulkan::Buffer qbuf = device.buffer(std::max<std::uint64_t>(batch * d * s, 16));
   vulkan::Buffer qnorms = device.buffer(std::max<std::uint64_t>(batch * s, 16));
   vulkan::Buffer band_buf = device.buffer(2 * s);
@@ -234,6 +251,7 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
 
       // COUNT.
       vulkan::upload_rows<T>(device, qbuf, 0, queries, Index(q0), Index(q0 + mb));
+      if (windowed) vulkan::upload(device, window_buf, 0, windows.data() + 2 * q0, mb * 8);
       {
         vulkan::Commands cmds(device);
         if (cpu) {
@@ -250,7 +268,8 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
         cmds.dispatch(count_kernel,
                       {{shader::kBindingQueries, qbuf}, {shader::kBindingRows, block.x}, {shader::kBindingQueryNorms, qnorms},
                        {shader::kBindingRowNorms, block.norms}, {shader::kBindingBand, band_buf},
-                       {shader::kBindingCounts, counts}, {shader::kBindingFound, counts}, {shader::kBindingStatus, status}},
+                       {shader::kBindingCounts, counts}, {shader::kBindingFound, counts}, {shader::kBindingStatus, status},
+                       {shader::kBindingWindows, window_buf}},
                       push, static_cast<std::uint32_t>(tiles), static_cast<std::uint32_t>(splits));
         cmds.host_barrier();
         submit(cmds);
@@ -302,7 +321,8 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
           cmds.dispatch(fill_kernel,
                         {{shader::kBindingQueries, qbuf}, {shader::kBindingRows, block.x}, {shader::kBindingQueryNorms, qnorms},
                          {shader::kBindingRowNorms, block.norms}, {shader::kBindingBand, band_buf},
-                         {shader::kBindingCounts, counts}, {shader::kBindingFound, found}, {shader::kBindingStatus, status}},
+                         {shader::kBindingCounts, counts}, {shader::kBindingFound, found}, {shader::kBindingStatus, status},
+                         {shader::kBindingWindows, window_buf}},
                         push, static_cast<std::uint32_t>(ceil_div(e - a, BM)), static_cast<std::uint32_t>(splits));
           cmds.host_barrier();
           submit(cmds);

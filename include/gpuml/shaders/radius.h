@@ -12,7 +12,8 @@ GPUML_CONSTANT(kBindingBand, 4)       // two scalars: below band[0] a pair is in
 GPUML_CONSTANT(kBindingCounts, 5)     // COUNT: per (query, split) pairs in and uncertain; FILL: per (query, split) offsets
 GPUML_CONSTANT(kBindingFound, 6)      // FILL: global row indices, kUncertain set on uncertain pairs
 GPUML_CONSTANT(kBindingStatus, 7)     // LOOP_GUARD: set when the loop limit was hit
-GPUML_CONSTANT(kBindingCount, 8)
+GPUML_CONSTANT(kBindingWindows, 8)    // WINDOWED: per query of the batch, its rows [first, last) (global indices)
+GPUML_CONSTANT(kBindingCount, 9)
 
 // The tile (tile_product.glsl), the metric, the mode and the loop-limit report.
 GPUML_CONSTANT(kSpecWX, 0)
@@ -23,7 +24,8 @@ GPUML_CONSTANT(kSpecBK, 4)
 GPUML_CONSTANT(kSpecMetric, 5)
 GPUML_CONSTANT(kSpecMode, 6)
 GPUML_CONSTANT(kSpecLoopGuard, 7)  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
-GPUML_CONSTANT(kSpecCount, 8)
+GPUML_CONSTANT(kSpecWindowed, 8)   // 1: rows and queries sorted by one feature; a query tile scans its window only
+GPUML_CONSTANT(kSpecCount, 9)
 
 // Values of kSpecMetric: the value compared with the band. Squared differences serve euclidean and sqeuclidean
 // (euclidean's band is on the squared scale).
