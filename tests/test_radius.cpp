@@ -242,6 +242,32 @@ TYPED_TEST(Radius, SortedRowsScanTheirWindowAndGiveTheWholeScan) {
   EXPECT_THROW(gpuml::host::radius_search<T>(db, db, 0.5, Metric::euclidean, false, false, d), gpuml::invalid_input);
 }
 
+// The DBSCAN path: rows sorted by their widest feature (a stable radix sort: negative values, -0 and +0, ties in
+// index order), the graph over the sorted rows, mapped back: the graph over the original rows.
+TYPED_TEST(Radius, GraphOverSortedRowsMapsBackToTheOriginalGraph) {
+  using T = TypeParam;
+  Matrix<T> X = grid<T>(233, 3, 61, 5);
+  X.col(2) *= T(3);  // the widest feature
+  X(5, 2) = T(-0.0);
+  const Eigen::Index f = gpuml::algorithms::widest_feature<T>(X);
+  ASSERT_EQ(f, 2);
+  const std::vector<std::int64_t> order = gpuml::algorithms::rows_sorted_by<T>(X, f);
+  Matrix<T> S(X.rows(), X.cols());
+  for (Eigen::Index s = 0; s < X.rows(); ++s) {
+    S.row(s) = X.row(order[std::size_t(s)]);
+    if (s > 0) {
+      ASSERT_LE(S(s - 1, f), S(s, f));
+      if (S(s - 1, f) == S(s, f)) ASSERT_LT(order[std::size_t(s) - 1], order[std::size_t(s)]) << "not stable at " << s;
+    }
+  }
+  for (Metric metric : {Metric::euclidean, Metric::chebyshev}) {
+    auto want = gpuml::host::radius_search<T>(X, X, 0.5, metric, false);
+    want.distances.clear();
+    expect_same<T>(gpuml::algorithms::unsort_graph(gpuml::host::radius_search<T>(S, S, 0.5, metric, false, false, f), order), want,
+                   gpuml::metric_name(metric));
+  }
+}
+
 // An independent reference: on the integer grid, squared euclidean, manhattan and chebyshev distances are exact
 // in T, so the sets at an exact radius are those of integer arithmetic, on every backend.
 TYPED_TEST(Radius, SetsAtAnExactRadiusAreTheIntegerReference) {

@@ -7,12 +7,15 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
+#include <gpuml/core/parallel.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace gpuml::algorithms {
@@ -158,6 +161,85 @@ std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> q
     windows[std::size_t(2 * i + 1)] = hi;
   }
   return windows;
+}
+
+/// The feature along which X spreads widest (largest max - min; the first of equals): the one whose sorted order
+/// lets a radius search skip the most pairs.
+template <class T>
+Eigen::Index widest_feature(MatrixView<T> X) {
+  Eigen::Index best = 0;
+  double best_span = -1;
+  for (Eigen::Index f = 0; f < X.cols(); ++f) {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (Eigen::Index i = 0; i < X.rows(); ++i) {
+      lo = std::min(lo, double(X(i, f)));
+      hi = std::max(hi, double(X(i, f)));
+    }
+    if (hi - lo > best_span) {
+      best_span = hi - lo;
+      best = f;
+    }
+  }
+  return best;
+}
+
+/// The rows of X in increasing order of `feature`, equal values in index order (a stable radix sort of the values'
+/// order-preserving bit patterns): order[s] is the row at sorted position s.
+template <class T>
+std::vector<std::int64_t> rows_sorted_by(MatrixView<T> X, Eigen::Index feature) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  constexpr Bits kSign = Bits(1) << (8 * sizeof(T) - 1);
+  const std::size_t n = std::size_t(X.rows());
+  std::vector<Bits> key(n), key2(n);
+  std::vector<std::int64_t> order(n), order2(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    T v = X(Eigen::Index(i), feature);
+    if (v == T(0)) v = T(0);  // -0 sorts with +0
+    Bits b;
+    std::memcpy(&b, &v, sizeof b);
+    key[i] = (b & kSign) ? Bits(~b) : Bits(b | kSign);
+    order[i] = std::int64_t(i);
+  }
+  for (unsigned shift = 0; shift < 8 * sizeof(T); shift += 8) {
+    std::size_t count[257] = {};
+    for (std::size_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & 0xFF) + 1];
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = count[(key[i] >> shift) & 0xFF]++;
+      key2[at] = key[i];
+      order2[at] = order[i];
+    }
+    key.swap(key2);
+    order.swap(order2);
+  }
+  return order;
+}
+
+/// A graph over sorted rows (row s is original row order[s]) as the graph over the original rows: row i's list is
+/// its sorted row's list mapped through `order`, in increasing index order. Distances are dropped.
+template <class T>
+RadiusResult<T> unsort_graph(const RadiusResult<T>& sorted, const std::vector<std::int64_t>& order) {
+  const std::int64_t n = std::int64_t(order.size());
+  std::vector<std::int64_t> position(static_cast<std::size_t>(n));
+  for (std::int64_t s = 0; s < n; ++s) position[std::size_t(order[std::size_t(s)])] = s;
+  RadiusResult<T> out;
+  out.offsets.assign(std::size_t(n) + 1, 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t s = position[std::size_t(i)];
+    out.offsets[std::size_t(i) + 1] = out.offsets[std::size_t(i)] + sorted.offsets[std::size_t(s) + 1] - sorted.offsets[std::size_t(s)];
+  }
+  out.indices.resize(std::size_t(out.offsets.back()));
+  parallel_chunks(n, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t s = position[std::size_t(i)];
+      auto at = out.indices.begin() + std::ptrdiff_t(out.offsets[std::size_t(i)]);
+      auto first = at;
+      for (std::int64_t p = sorted.offsets[std::size_t(s)]; p < sorted.offsets[std::size_t(s) + 1]; ++p)
+        *at++ = order[std::size_t(sorted.indices[std::size_t(p)])];
+      std::sort(first, at);
+    }
+  });
+  return out;
 }
 
 }  // namespace gpuml::algorithms
