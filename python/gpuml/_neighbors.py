@@ -71,22 +71,26 @@ def _sort_rows(distances, indices):
         indices[rows] = np.take_along_axis(i, order, axis=1)
 
 
-def _sklearn_float32_cosine(queries, fit_X, indices, chunk=8192):
-    """The cosine distances of float32 queries to their neighbours fit_X[indices], rounded as scikit-learn's
-    cosine_distances rounds them: rows scaled by scikit-learn's own normalize, then 1 - their dot product
-    accumulated as a float32 matrix product accumulates it (one fused multiply-add per feature, in feature order:
-    a product of two float32 values is exact in float64), clipped to [0, 2]. gpuml's kernel divides by the norms
-    instead, which differs in the last bit (and TSNE's gradient descent amplifies the last bit)."""
+def _sklearn_float32_cosine(queries, fit_X, rows, indices, chunk=1 << 16):
+    """The cosine distances of float32 queries[rows] to fit_X[indices] (index arrays of one shape), rounded as
+    scikit-learn's cosine_distances rounds them: rows scaled by scikit-learn's own normalize, then 1 - their dot
+    product accumulated as a float32 matrix product accumulates it (one fused multiply-add per feature, in feature
+    order; a product of two float32 values is exact in float64), clipped to [0, 2]. gpuml's kernel divides by the
+    norms instead, which differs in the last bit (and TSNE's gradient descent amplifies the last bit)."""
     q, f = normalize(queries), normalize(fit_X)
-    out = np.empty(indices.shape, dtype=np.float32)
+    rows, indices = rows.ravel(), indices.ravel()
+    out = np.empty(len(indices), dtype=np.float32)
     for start in range(0, len(indices), chunk):
-        rows = indices[start : start + chunk]
-        acc = np.zeros(rows.shape, dtype=np.float32)
+        r, i = rows[start : start + chunk], indices[start : start + chunk]
+        acc = np.zeros(len(i), dtype=np.float32)
         for j in range(q.shape[1]):
-            product = q[start : start + chunk, j, None].astype(np.float64) * f[rows, j].astype(np.float64)
-            acc = (acc + product).astype(np.float32)
+            acc = (acc + q[r, j].astype(np.float64) * f[i, j].astype(np.float64)).astype(np.float32)
         np.clip(1 - acc, 0, 2, out=out[start : start + chunk])
     return out
+
+
+def _dense(X):
+    return X.toarray() if sp.issparse(X) else X
 
 
 class _GpumlNeighborsBase:
@@ -182,8 +186,10 @@ class _GpumlKNeighborsMixin(_GpumlNeighborsBase):
         calls.count("gpuml")
         if reorder:
             if _gpuml_metric(self.metric, self.p, self.metric_params) == "cosine":
-                fit_X = self._fit_X.toarray() if sp.issparse(self._fit_X) else self._fit_X
-                distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, indices)
+                fit_X = _dense(self._fit_X)
+                rows = np.repeat(np.arange(len(indices)), indices.shape[1])
+                distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, rows, indices)
+                distances = distances.reshape(indices.shape)
             _sort_rows(distances, indices)
         return (distances, indices) if return_distance else indices
 
@@ -222,20 +228,22 @@ class _GpumlRadiusNeighborsMixin(_GpumlNeighborsBase):
             calls.count("sklearn")
             return super().radius_neighbors(None if query_is_train else X, radius, return_distance, sort_results)
         metric = _gpuml_metric(self.metric, self.p, self.metric_params)
-        wide = dtype == np.float32 and metric != "cosine"
-        # float32 data: select with float32 rounding room, then decide in float64 as scikit-learn does.
-        search_radius = radius * (1 + 1e-4) + 1e-30 if wide else radius
-        # float32 data: distances recomputed in float64 from differences (float32 for cosine), where needed.
-        exact = dtype == np.float32 and (wide or return_distance)
-        offsets, indices, distances, messages = db.radius_neighbors(queries, search_radius, bool(sort_results), exact)
+        wide = dtype == np.float32
+        # float32 data: select with float32 rounding room, then decide on the distances scikit-learn computes: float64
+        # from differences, cosine's float32 as scikit-learn rounds it.
+        search_radius = radius * (1 + 1e-4) + (1e-6 if metric == "cosine" else 1e-30) if wide else radius
+        offsets, indices, distances, messages = db.radius_neighbors(queries, search_radius, bool(sort_results), wide)
         raise_warnings(messages)
         calls.count("gpuml")
-        if exact and (wide or sort_results):
+        if wide and metric == "cosine":
+            fit_X = _dense(self._fit_X)
             rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-            if wide:
-                keep = distances <= radius
-                rows, indices, distances = rows[keep], indices[keep], distances[keep]
-                offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(offsets) - 1))])
+            distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, rows, indices)
+        if wide:
+            rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            keep = distances <= radius
+            rows, indices, distances = rows[keep], indices[keep], distances[keep]
+            offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(offsets) - 1))])
             if sort_results:
                 order = np.lexsort((indices, distances, rows))
                 indices, distances = indices[order], distances[order]
