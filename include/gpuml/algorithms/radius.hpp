@@ -242,4 +242,24 @@ RadiusResult<T> unsort_graph(const RadiusResult<T>& sorted, const std::vector<st
   return out;
 }
 
+/// X's rows sorted by their widest feature, for a radius graph that scans windows (no sort for cosine, which no
+/// feature bounds: feature -1, rows empty, order empty).
+template <class T>
+struct SortedRows {
+  Eigen::Index feature = -1;
+  std::vector<std::int64_t> order;  ///< order[s]: the original row at sorted position s
+  Matrix<T> rows;
+
+  SortedRows(MatrixView<T> X, Metric metric) {
+    if (metric == Metric::cosine || metric == Metric::inner_product || X.rows() < 2) return;
+    feature = widest_feature<T>(X);
+    order = rows_sorted_by<T>(X, feature);
+    rows.resize(X.rows(), X.cols());
+    parallel_chunks(X.rows(), 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t s = b; s < e; ++s) rows.row(s) = X.row(order[std::size_t(s)]);
+    });
+  }
+  bool sorted() const { return feature >= 0; }
+};
+
 }  // namespace gpuml::algorithms

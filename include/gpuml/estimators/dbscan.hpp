@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
+#include <gpuml/algorithms/radius.hpp>
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
 #include <gpuml/core/error.hpp>
@@ -60,46 +61,25 @@ inline Metric dbscan_metric(const DBSCANParams& p) {
   return m;
 }
 
-/// DBSCAN's engine on a Vulkan backend: the neighbourhoods of NearestNeighbors fitted on X (radius_neighbors_self,
-/// which leaves each sample out, with the sample put back in index order where its distance to itself is within
-/// eps, as the host engine decides).
+/// DBSCAN's engine on a Vulkan backend: NearestNeighbors' radius graph (each sample itself included where its
+/// distance to itself is within eps) over the rows sorted by their widest feature, so each query tile scans only
+/// its window of rows, mapped back to X's order.
 template <class T>
 class NeighborsDbscanEngine {
  public:
   NeighborsDbscanEngine(const Backend& backend, MatrixView<T> X, Metric metric)
-      : X_(X), metric_(metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
-    nn_.fit(X);
+      : sorted_(X, metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
+    if (sorted_.sorted()) nn_.fit(sorted_.rows);
+    else nn_.fit(X);
   }
 
   algorithms::RadiusResult<T> neighbourhoods(double eps) {
-    const algorithms::RadiusResult<T> others = nn_.radius_neighbors_self(eps, false);
-    const std::int64_t n = X_.rows(), d = X_.cols();
-    const T r = eps > double(std::numeric_limits<T>::max()) ? std::numeric_limits<T>::infinity() : T(eps);
-    algorithms::RadiusResult<T> out;
-    out.offsets.reserve(std::size_t(n) + 1);
-    out.indices.reserve(others.indices.size() + std::size_t(n));
-    out.offsets.push_back(0);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T* row = X_.row(i).data();
-      const T norm = metric_ == Metric::cosine ? algorithms::dot_fixed(row, row, d) : T(0);
-      bool self = host::radius_distance(row, row, d, metric_, norm, norm) <= r;
-      for (std::int64_t p = others.offsets[std::size_t(i)]; p < others.offsets[std::size_t(i) + 1]; ++p) {
-        const std::int64_t j = others.indices[std::size_t(p)];
-        if (self && j > i) {
-          out.indices.push_back(i);
-          self = false;
-        }
-        out.indices.push_back(j);
-      }
-      if (self) out.indices.push_back(i);
-      out.offsets.push_back(std::int64_t(out.indices.size()));
-    }
-    return out;
+    if (!sorted_.sorted()) return nn_.radius_graph_self(eps);
+    return algorithms::unsort_graph(nn_.radius_graph_self(eps, sorted_.feature), sorted_.order);
   }
 
  private:
-  MatrixView<T> X_;
-  Metric metric_;
+  algorithms::SortedRows<T> sorted_;
   NearestNeighbors<T> nn_;
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
+#include <gpuml/algorithms/radius.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/host/radius.hpp>
@@ -15,7 +16,13 @@ class DbscanEngine {
  public:
   DbscanEngine(MatrixView<T> X, Metric metric) : X_(X), metric_(metric) {}
 
-  algorithms::RadiusResult<T> neighbourhoods(double eps) { return radius_search<T>(X_, X_, eps, metric_, false, false); }
+  /// Over the rows sorted by their widest feature (each sample scans its window), mapped back to X's order.
+  algorithms::RadiusResult<T> neighbourhoods(double eps) {
+    const algorithms::SortedRows<T> sorted(X_, metric_);
+    if (!sorted.sorted()) return radius_search<T>(X_, X_, eps, metric_, false, false);
+    return algorithms::unsort_graph(radius_search<T>(sorted.rows, sorted.rows, eps, metric_, false, false, sorted.feature),
+                                    sorted.order);
+  }
 
  private:
   MatrixView<T> X_;
