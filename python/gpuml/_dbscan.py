@@ -1,9 +1,8 @@
 """gpuml.DBSCAN: scikit-learn's DBSCAN whose neighbourhoods, core samples and clusters are computed by gpuml.
 
 Parameters and X are validated by scikit-learn's own code with its messages. Neighbourhoods are decided as gpuml's
-radius_neighbors decides them (gpuml.NearestNeighbors), which is scikit-learn's decision: float64 data in float64;
-float32 data selected with room for float32 rounding, then decided on distances recomputed in float64 (cosine in
-float32), as scikit-learn computes them. Core samples (weighted neighbourhood sizes summed in numpy's order) and
+scikit-learn decides them: float64 data in float64, float32 data on float64 distances of the same values (the fit
+runs on them in float64; cosine in float32). Core samples (weighted neighbourhood sizes summed in numpy's order) and
 clusters (labels numbered as scikit-learn's dbscan_inner numbers them) come from gpuml's DBSCAN algorithm.
 Sparse input, metric="precomputed", callables and metrics gpuml lacks go to scikit-learn's own fit (logged once
 at INFO level on the `gpuml` logger).
@@ -90,28 +89,19 @@ class DBSCAN(_SklearnDBSCAN):
         # scikit-learn's neighbour search computes integer data in float64; components_ keep X's own dtype.
         X = np.ascontiguousarray(X_valid, dtype=X_valid.dtype if X_valid.dtype in (np.float32, np.float64) else np.float64)
         if sample_weight is not None:
-            sample_weight = np.ascontiguousarray(_check_sample_weight(sample_weight, X), dtype=X.dtype)
-        suffix = np.dtype(X.dtype).name
+            sample_weight = _check_sample_weight(sample_weight, X)  # its own float dtype, as scikit-learn sums it
         metric = _gpuml_metric(self.metric, self.p, self.metric_params)
         eps = float(self.eps)
         device = device_choice(self.device)
         if X.dtype == np.float32 and metric != "cosine":
-            # float32: select with float32 rounding room, decide on float64 distances (gpuml's radius_neighbors rule).
-            db = _gpuml.Neighbors_float32(X, metric, device)
-            raise_warnings(db.fit_warnings())
-            offsets, indices, distances, messages = db.radius_neighbors(X, eps * (1 + 1e-4) + 1e-30, False, True)
-            raise_warnings(messages)
-            keep = distances <= eps
-            rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[keep]
-            offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(offsets) - 1))]).astype(np.int64)
-            indices = np.ascontiguousarray(indices[keep], dtype=np.int64)
-            labels, core, messages = _gpuml.dbscan_from_neighbourhoods_float32(
-                offsets, indices, sample_weight, int(self.min_samples)
-            )
-        else:
-            labels, core, messages = getattr(_gpuml, f"dbscan_fit_{suffix}")(
-                X, sample_weight, eps, int(self.min_samples), metric, 2.0, device
-            )
+            # scikit-learn decides float32 data's neighbourhoods on float64 distances (and sums float64 weights in
+            # float64): the float64 fit on the same values decides as it does.
+            X = X.astype(np.float64)
+        if sample_weight is not None:
+            sample_weight = np.ascontiguousarray(sample_weight, dtype=X.dtype)
+        labels, core, messages = getattr(_gpuml, f"dbscan_fit_{np.dtype(X.dtype).name}")(
+            X, sample_weight, eps, int(self.min_samples), metric, 2.0, device
+        )
         raise_warnings(messages)
         calls.count("gpuml")
         self.core_sample_indices_ = core.astype(np.intp, copy=False)
