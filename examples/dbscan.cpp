@@ -5,7 +5,8 @@
 //   gpuml-dbscan --input X.npy --eps 0.3 --min-samples 10 --labels-out labels.npy
 //   gpuml-dbscan --input X.csv --eps 2 --metric manhattan --json --device gpu
 //
-// Human-readable output by default; --json prints one JSON object (n_clusters, n_noise, core samples, times).
+// Human-readable output by default; --json prints one JSON object (n_clusters, n_noise, core samples, the fit's
+// time and each phase's: neighbourhoods, core samples, components, labels).
 // Errors go to stderr, with exit status 2 for a usage error and 1 for a run-time error; a progress bar goes to
 // stderr on a terminal (or with --progress).
 #include <gpuml/gpuml.hpp>
@@ -143,12 +144,23 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["n_noise"] = n_noise;
     j["n_core"] = n_core;
     j["fit_seconds"] = fit_seconds;
+    const auto& stats = model.fit_stats();
+    j["times"] = {{"neighbourhoods", stats.times.neighbourhoods}, {"core_samples", stats.times.core_samples},
+                  {"components", stats.times.components}, {"labels", stats.times.labels}};
+    j["n_edges"] = stats.n_edges;
+    j["components_on"] = stats.components_on_device ? "device" : "host";
+    if (stats.components_on_device)
+      j["components_kernel"] = {{"pieces", stats.components.pieces}, {"rounds", stats.components.rounds},
+                                {"submits", stats.components.submits}};
     j["load_seconds"] = load_seconds;
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
     std::printf("%s\n", j.dump().c_str());
   } else if (chatty) {
-    std::printf("fit: %.3f s\n", fit_seconds);
+    const auto& t = model.fit_stats().times;
+    std::printf("fit: %.3f s (neighbourhoods %.3f, core samples %.3f, components %.3f on the %s, labels %.3f)\n",
+                fit_seconds, t.neighbourhoods, t.core_samples, t.components,
+                model.fit_stats().components_on_device ? "device" : "host", t.labels);
     std::printf("clusters: %lld, core samples: %lld, noise: %lld of %lld\n", static_cast<long long>(model.n_clusters()),
                 static_cast<long long>(n_core), static_cast<long long>(n_noise), static_cast<long long>(X.rows()));
     if (!o.labels_out.empty()) std::printf("labels written to %s\n", o.labels_out.c_str());

@@ -2,17 +2,22 @@
 // followed literally (a depth-first search from each unlabelled core sample in index order). Integer data make
 // pairs at exactly eps (and duplicates) exact in float and double; continuous data use an eps away from every
 // pairwise distance, so rounding cannot decide a neighbourhood. Every metric, float and double, weights (zero,
-// fractional, negative), host and device backends.
+// fractional, negative), host and device backends. The components alone (the host's union-find, the device's
+// kernel) against a breadth-first search on random graphs: many small components, long chains, cliques, rows
+// spanning pieces of a few edges; the host's threaded phases at several thread counts.
 #include "support.hpp"
 
 #include <gpuml/algorithms/dbscan.hpp>
 #include <gpuml/estimators/dbscan.hpp>
+#include <gpuml/kernels/dbscan.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -242,6 +247,27 @@ TEST_P(DbscanTest, ScikitLearnDocstringExample) {
   EXPECT_EQ(model.core_sample_indices().size(), 5);
 }
 
+TEST_P(DbscanTest, FitStatsTellWhereTheTimeWent) {
+  const auto& b = GetParam().backend;
+  const Matrix<float> X = grid_data<float>(300, 2, 14, 61);
+  DBSCAN<float> model(DBSCANParams{}.set_eps(1.0).set_min_samples(3), b);
+  model.fit(X);
+  const auto& stats = model.fit_stats();
+  EXPECT_EQ(stats.components_on_device, !b.is_host());
+  if (!b.is_host()) {
+    EXPECT_EQ(stats.components.pieces, 1u);
+    EXPECT_GE(stats.components.rounds, 1u);
+  }
+  const auto hood = reference_hoods<float>(X, 1.0, Metric::euclidean);
+  std::int64_t edges = 0;
+  for (const auto& h : hood) edges += std::int64_t(h.size());
+  EXPECT_EQ(stats.n_edges, edges);
+  const auto& t = stats.times;
+  for (double v : {t.neighbourhoods, t.core_samples, t.components, t.labels}) EXPECT_GE(v, 0.0);
+  EXPECT_GT(t.total, 0.0);
+  EXPECT_LE(t.neighbourhoods + t.core_samples + t.components, t.total);
+}
+
 TEST_P(DbscanTest, BadInputNamesTheProblem) {
   const auto& b = GetParam().backend;
   const Matrix<float> X = random_matrix<float>(9, 2, 3);
@@ -288,6 +314,246 @@ TEST_P(DbscanTest, CancelledFitKeepsTheEarlierOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DbscanTest, ::testing::ValuesIn(backends()), gpuml::testing::backend_name);
+
+// The components alone. A graph as compressed rows, each row increasing (the sample itself in most rows, as in a
+// radius graph), with core flags.
+struct Graph {
+  gpuml::algorithms::RadiusResult<float> hood;
+  std::vector<std::uint8_t> core;
+};
+
+Graph graph_from_rows(const std::vector<std::set<std::int64_t>>& rows, std::vector<std::uint8_t> core) {
+  Graph g;
+  g.hood.offsets.push_back(0);
+  for (const auto& r : rows) {
+    g.hood.indices.insert(g.hood.indices.end(), r.begin(), r.end());
+    g.hood.offsets.push_back(std::int64_t(g.hood.indices.size()));
+  }
+  g.core = std::move(core);
+  return g;
+}
+
+/// Roots by a breadth-first search over core-core edges (either direction joins), the smallest index of each
+/// component; a non-core sample's smallest root among the cores whose row holds it.
+std::vector<std::int64_t> reference_roots(const Graph& g) {
+  const std::size_t n = g.core.size();
+  std::vector<std::vector<std::int64_t>> adjacent(n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::int64_t p = g.hood.offsets[i]; p < g.hood.offsets[i + 1]; ++p) {
+      const auto j = std::size_t(g.hood.indices[std::size_t(p)]);
+      if (g.core[i] && g.core[j] && i != j) {
+        adjacent[i].push_back(std::int64_t(j));
+        adjacent[j].push_back(std::int64_t(i));
+      }
+    }
+  std::vector<std::int64_t> roots(n, -1);
+  for (std::size_t start = 0; start < n; ++start) {
+    if (!g.core[start] || roots[start] != -1) continue;
+    std::vector<std::int64_t> queue{std::int64_t(start)};
+    roots[start] = std::int64_t(start);  // visited in index order: the first of a component is its smallest
+    for (std::size_t q = 0; q < queue.size(); ++q)
+      for (std::int64_t j : adjacent[std::size_t(queue[q])])
+        if (roots[std::size_t(j)] == -1) {
+          roots[std::size_t(j)] = std::int64_t(start);
+          queue.push_back(j);
+        }
+  }
+  std::vector<std::int64_t> out = roots;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!g.core[i]) continue;
+    for (std::int64_t p = g.hood.offsets[i]; p < g.hood.offsets[i + 1]; ++p) {
+      const auto j = std::size_t(g.hood.indices[std::size_t(p)]);
+      if (!g.core[j] && (out[j] == -1 || roots[i] < out[j])) out[j] = roots[i];
+    }
+  }
+  return out;
+}
+
+/// Many small components: samples in runs of 1 to 8 (in a shuffled order, so a component's indices are scattered),
+/// each linked to a few others of its run, some links one way only; a fraction of the samples core.
+Graph small_components(std::int64_t n, double core_fraction, std::uint64_t salt) {
+  std::mt19937_64 rng(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<std::set<std::int64_t>> rows(static_cast<std::size_t>(n));
+  std::uniform_real_distribution<double> u(0, 1);
+  for (std::int64_t a = 0; a < n;) {
+    const std::int64_t len = std::min<std::int64_t>(n - a, 1 + std::int64_t(rng() % 8));
+    for (std::int64_t k = a; k < a + len; ++k) {
+      const std::int64_t i = order[std::size_t(k)];
+      rows[std::size_t(i)].insert(i);
+      for (int link = 0; link < 2; ++link) {
+        const std::int64_t j = order[std::size_t(a + std::int64_t(rng() % std::uint64_t(len)))];
+        rows[std::size_t(i)].insert(j);
+        if (u(rng) < 0.8) rows[std::size_t(j)].insert(i);
+      }
+    }
+    a += len;
+  }
+  std::vector<std::uint8_t> core(static_cast<std::size_t>(n));
+  for (auto& c : core) c = u(rng) < core_fraction;
+  return graph_from_rows(rows, core);
+}
+
+/// One chain through every sample (in index order, reversed, or shuffled), every sample core but a few, whose
+/// chain neighbours then stay apart.
+Graph chain(std::int64_t n, int kind, std::uint64_t salt) {
+  std::mt19937_64 rng(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (kind == 1) std::reverse(order.begin(), order.end());
+  if (kind == 2) std::shuffle(order.begin(), order.end(), rng);
+  std::vector<std::set<std::int64_t>> rows(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int64_t i = order[std::size_t(k)];
+    rows[std::size_t(i)].insert(i);
+    if (k > 0) rows[std::size_t(i)].insert(order[std::size_t(k - 1)]);
+    if (k + 1 < n) rows[std::size_t(i)].insert(order[std::size_t(k + 1)]);
+  }
+  std::vector<std::uint8_t> core(static_cast<std::size_t>(n), 1);
+  for (int cut = 0; cut < 3; ++cut) core[std::size_t(rng() % std::uint64_t(n))] = 0;
+  return graph_from_rows(rows, core);
+}
+
+/// Cliques of duplicates (every member in every member's row) of random sizes, some joined by one shared border or
+/// core sample, and a hub whose row holds a sample of every clique (longer than a piece).
+Graph cliques(std::int64_t n, std::uint64_t salt) {
+  std::mt19937_64 rng(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::vector<std::set<std::int64_t>> rows(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const std::int64_t hub = order.back();
+  std::uniform_real_distribution<double> u(0, 1);
+  for (std::int64_t a = 0; a + 1 < n;) {
+    const std::int64_t len = std::min<std::int64_t>(n - 1 - a, 1 + std::int64_t(rng() % 12));
+    for (std::int64_t k = a; k < a + len; ++k)
+      for (std::int64_t l = a; l < a + len; ++l) rows[std::size_t(order[std::size_t(k)])].insert(order[std::size_t(l)]);
+    if (a > 0 && u(rng) < 0.3) {  // the previous clique's last sample joins this one
+      const std::int64_t shared = order[std::size_t(a - 1)];
+      rows[std::size_t(shared)].insert(order[std::size_t(a)]);
+      rows[std::size_t(order[std::size_t(a)])].insert(shared);
+    }
+    if (u(rng) < 0.5) {
+      rows[std::size_t(hub)].insert(order[std::size_t(a)]);
+      rows[std::size_t(order[std::size_t(a)])].insert(hub);
+    }
+    a += len;
+  }
+  rows[std::size_t(hub)].insert(hub);
+  std::vector<std::uint8_t> core(static_cast<std::size_t>(n));
+  for (auto& c : core) c = u(rng) < 0.75;
+  core[std::size_t(hub)] = u(rng) < 0.5;
+  return graph_from_rows(rows, core);
+}
+
+class DbscanComponentsTest : public ::testing::TestWithParam<NamedBackend> {
+ protected:
+  /// The backend's components: the union-find on the host, the kernel on a device (checked against the union-find
+  /// too); both against the breadth-first reference.
+  void expect_roots(const Graph& g, const std::string& what, gpuml::kernels::DbscanComponentsOptions options = {}) {
+    const auto want = reference_roots(g);
+    const auto host = gpuml::algorithms::union_find_roots(g.hood, g.core);
+    EXPECT_EQ(host, want) << what << " (union-find)";
+    const auto& backend = GetParam().backend;
+    if (backend.is_host()) return;
+    gpuml::kernels::DbscanComponentsStats stats;
+    const auto got = gpuml::kernels::dbscan_components(*backend.device(), g.hood, g.core, options, &stats);
+    std::int64_t differing = 0, first = -1;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i] && differing++ == 0) first = std::int64_t(i);
+    EXPECT_EQ(differing, 0) << what << ": first at sample " << first << " (got "
+                            << (first >= 0 ? got[std::size_t(first)] : 0) << ", want "
+                            << (first >= 0 ? want[std::size_t(first)] : 0) << "), " << stats.pieces << " pieces, "
+                            << stats.rounds << " rounds";
+    if (options.max_piece_edges) {
+      EXPECT_EQ(stats.pieces, (std::uint64_t(g.hood.indices.size()) + options.max_piece_edges - 1) / options.max_piece_edges)
+          << what;
+    }
+  }
+};
+
+TEST_P(DbscanComponentsTest, ManySmallComponents) {
+  for (double core_fraction : {1.0, 0.6, 0.2})
+    expect_roots(small_components(3001, core_fraction, std::uint64_t(core_fraction * 10) + 1),
+                 "small components, core fraction " + std::to_string(core_fraction));
+}
+
+TEST_P(DbscanComponentsTest, LongChains) {
+  for (int kind : {0, 1, 2}) expect_roots(chain(20011, kind, 30 + std::uint64_t(kind)), "chain kind " + std::to_string(kind));
+}
+
+TEST_P(DbscanComponentsTest, CliquesOfDuplicatesAndRowsSpanningPieces) {
+  const Graph g = cliques(311, 41);
+  expect_roots(g, "cliques");
+  // Pieces of a few edges: most rows, and the hub's always, span several.
+  for (std::uint64_t piece : {1u, 7u, 64u}) {
+    gpuml::kernels::DbscanComponentsOptions options;
+    options.max_piece_edges = piece;
+    options.rounds_per_submit = 1 + std::uint32_t(piece % 3);
+    expect_roots(g, "cliques in pieces of " + std::to_string(piece), options);
+  }
+  gpuml::kernels::DbscanComponentsOptions options;
+  options.max_piece_edges = 13;
+  expect_roots(small_components(997, 0.7, 43), "small components in pieces of 13", options);
+  expect_roots(chain(1009, 2, 44), "shuffled chain in pieces of 13", options);
+}
+
+TEST_P(DbscanComponentsTest, NoCoreSamplesAndEmptyRows) {
+  std::vector<std::set<std::int64_t>> rows = {{0, 2}, {}, {0, 2, 3}, {}, {4}};
+  expect_roots(graph_from_rows(rows, {0, 0, 0, 0, 0}), "no core samples");
+  expect_roots(graph_from_rows(rows, {1, 0, 1, 0, 1}), "empty rows");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DbscanComponentsTest, ::testing::ValuesIn(backends()), gpuml::testing::backend_name);
+
+// The host's threaded phases (neighbourhood check, weighted core samples, numbering) give one result at any thread
+// count; weights whose float sums depend on their order.
+TEST(DbscanAlgorithm, ThreadCountChangesNothing) {
+  const Graph g = small_components(100003, 0.5, 51);
+  std::mt19937_64 rng(test_seed() + 52);
+  std::uniform_real_distribution<float> u(0.05f, 0.6f);
+  std::vector<float> w(g.core.size());
+  for (float& v : w) v = u(rng);
+  std::vector<std::uint8_t> core_at_1;
+  gpuml::algorithms::DbscanResult at_1;
+  for (int threads : {1, 3, 8}) {
+    gpuml::ScopedConfig scoped(gpuml::config().set_num_threads(threads));
+    gpuml::algorithms::check_neighbourhoods(g.hood, std::int64_t(g.core.size()));
+    const auto core = gpuml::algorithms::core_samples(g.hood, w.data(), 1);
+    const auto r = gpuml::algorithms::label_components(g.hood, core);
+    if (threads == 1) {
+      // The weighted sums are numpy's, sample by sample.
+      for (std::size_t i = 0; i < core.size(); ++i) {
+        const std::int64_t b = g.hood.offsets[i], e = g.hood.offsets[i + 1];
+        const float sum = gpuml::algorithms::numpy_sum<float>(e - b, [&](std::int64_t p) {
+          return w[std::size_t(g.hood.indices[std::size_t(b + p)])];
+        });
+        ASSERT_EQ(core[i], sum >= 1.0f) << i;
+      }
+      core_at_1 = core;
+      at_1 = r;
+      continue;
+    }
+    EXPECT_EQ(core, core_at_1) << threads << " threads";
+    EXPECT_EQ(r.labels, at_1.labels) << threads << " threads";
+    EXPECT_EQ(r.core_sample_indices, at_1.core_sample_indices) << threads << " threads";
+    EXPECT_EQ(r.n_clusters, at_1.n_clusters) << threads << " threads";
+  }
+  // A defect far into the rows is reported at its sample, whatever the thread count.
+  Graph bad = g;
+  bad.hood.indices[std::size_t(bad.hood.offsets[90001])] = std::int64_t(g.core.size());
+  for (int threads : {1, 3}) {
+    gpuml::ScopedConfig scoped(gpuml::config().set_num_threads(threads));
+    try {
+      gpuml::algorithms::check_neighbourhoods(bad.hood, std::int64_t(g.core.size()));
+      ADD_FAILURE() << "no error";
+    } catch (const gpuml::invalid_input& e) {
+      EXPECT_NE(std::string(e.what()).find("sample 90001 "), std::string::npos) << e.what();
+    }
+  }
+}
 
 // The algorithm layer alone: a border sample reached from two clusters takes the smaller label, whatever the
 // order of its neighbours; numpy's summation order over 300 neighbours.

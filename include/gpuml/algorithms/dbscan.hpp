@@ -1,14 +1,17 @@
 // DBSCAN as scikit-learn computes it (sklearn/cluster/_dbscan.py and dbscan_inner), from each sample's
 // eps-neighbourhood: core samples by weighted neighbourhood size, clusters as the connected components of core
-// samples, labels numbered as dbscan_inner numbers them. No Vulkan: an engine supplies the neighbourhoods.
+// samples, labels numbered as dbscan_inner numbers them. No Vulkan: an engine supplies the neighbourhoods and the
+// components (the host engine by union_find_roots here, a device engine by its own kernel: the same roots).
 #pragma once
 
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -17,12 +20,22 @@
 
 namespace gpuml::algorithms {
 
-/// What a DBSCAN engine gives the driver: every sample's neighbours within eps (itself included where its distance
-/// to itself is within eps, as scikit-learn's radius_neighbors(X) includes it), in increasing index order, as
-/// compressed rows. Distances may be left empty.
+/// What a DBSCAN engine gives the driver:
+/// - neighbourhoods(eps): every sample's neighbours within eps (itself included where its distance to itself is
+///   within eps, as scikit-learn's radius_neighbors(X) includes it), in increasing index order, as compressed rows;
+///   distances may be left empty;
+/// - components(hood, core): each sample's component root as union_find_roots defines it (any engine returns
+///   exactly those roots: they are minima, so no order of work changes them).
 template <class E, class T>
-concept DbscanEngine = requires(E& engine, double eps) {
+concept DbscanEngine = requires(E& engine, double eps, const RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
   { engine.neighbourhoods(eps) } -> std::same_as<RadiusResult<T>>;
+  { engine.components(hood, core) } -> std::same_as<std::vector<std::int64_t>>;
+};
+
+/// Where one fit's time went, in seconds: the neighbourhoods (the engine's search and their check), the core
+/// samples, the components (the engine's), the labels (clusters numbered, core indices listed).
+struct DbscanTimes {
+  double neighbourhoods = 0, core_samples = 0, components = 0, labels = 0, total = 0;
 };
 
 /// The clustering of one fit.
@@ -30,7 +43,13 @@ struct DbscanResult {
   std::vector<std::int64_t> labels;               ///< per sample: its cluster, or -1 for noise
   std::vector<std::int64_t> core_sample_indices;  ///< increasing
   std::int64_t n_clusters = 0;
+  std::int64_t n_edges = 0;  ///< neighbourhood entries in all (each sample itself included)
+  DbscanTimes times;
 };
+
+namespace dbscan_detail {
+inline constexpr std::int64_t kChunk = 1 << 15;
+}  // namespace dbscan_detail
 
 /// numpy's pairwise summation of a[0], ..., a[n - 1] in T (np.sum over a contiguous 1-d array: below 8 values in
 /// turn, up to 128 in eight interleaved partial sums, beyond that the two halves, split at a multiple of 8), so a
@@ -63,51 +82,71 @@ T numpy_sum(std::int64_t n, Value&& value) {
   return Sum{value}(0, n);
 }
 
-/// Checks that `hood` holds n compressed rows of indices in [0, n), each row increasing.
+/// Checks that `hood` holds n compressed rows of indices in [0, n), each row increasing (threaded; a defect is
+/// reported at its first sample, whatever the thread count).
 template <class T>
 void check_neighbourhoods(const RadiusResult<T>& hood, std::int64_t n) {
   if (std::int64_t(hood.offsets.size()) != n + 1 || hood.offsets.front() != 0 ||
       hood.offsets.back() != std::int64_t(hood.indices.size()))
     throw invalid_input("DBSCAN: the neighbourhoods need " + std::to_string(n + 1) + " offsets from 0 to " +
                         std::to_string(hood.indices.size()) + ", got " + std::to_string(hood.offsets.size()));
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t b = hood.offsets[std::size_t(i)], e = hood.offsets[std::size_t(i) + 1];
-    if (e < b) throw invalid_input("DBSCAN: neighbourhood offsets decrease at sample " + std::to_string(i));
-    for (std::int64_t p = b; p < e; ++p) {
-      const std::int64_t j = hood.indices[std::size_t(p)];
-      if (j < 0 || j >= n || (p > b && j <= hood.indices[std::size_t(p) - 1]))
-        throw invalid_input("DBSCAN: the neighbourhood of sample " + std::to_string(i) +
-                            " is not increasing indices in [0, " + std::to_string(n) + ")");
+  const std::int64_t chunks = (n + dbscan_detail::kChunk - 1) / dbscan_detail::kChunk;
+  std::vector<std::int64_t> first_bad(std::size_t(std::max<std::int64_t>(chunks, 0)), -1);
+  std::vector<std::uint8_t> decreasing(first_bad.size(), 0);
+  parallel_chunks(n, dbscan_detail::kChunk, [&](std::int64_t c, std::int64_t b0, std::int64_t e0) {
+    for (std::int64_t i = b0; i < e0; ++i) {
+      const std::int64_t b = hood.offsets[std::size_t(i)], e = hood.offsets[std::size_t(i) + 1];
+      if (e < b || e > hood.offsets.back()) {
+        first_bad[std::size_t(c)] = i;
+        decreasing[std::size_t(c)] = 1;
+        return;
+      }
+      for (std::int64_t p = b; p < e; ++p) {
+        const std::int64_t j = hood.indices[std::size_t(p)];
+        if (j < 0 || j >= n || (p > b && j <= hood.indices[std::size_t(p) - 1])) {
+          first_bad[std::size_t(c)] = i;
+          return;
+        }
+      }
     }
+  });
+  for (std::size_t c = 0; c < first_bad.size(); ++c) {
+    const std::int64_t i = first_bad[c];
+    if (i < 0) continue;
+    if (decreasing[c]) throw invalid_input("DBSCAN: neighbourhood offsets decrease at sample " + std::to_string(i));
+    throw invalid_input("DBSCAN: the neighbourhood of sample " + std::to_string(i) +
+                        " is not increasing indices in [0, " + std::to_string(n) + ")");
   }
 }
 
 /// Which samples are core: weighted neighbourhood size >= min_samples (scikit-learn: the neighbour count without
-/// weights, else np.sum(sample_weight[neighbors]) in the weights' type, here in index order).
+/// weights, else np.sum(sample_weight[neighbors]) in the weights' type, here in index order). Threaded over
+/// samples; each sum is one sample's, in numpy's order, so the thread count changes nothing.
 template <class T, class W>
 std::vector<std::uint8_t> core_samples(const RadiusResult<T>& hood, const W* sample_weight, std::int64_t min_samples) {
   const std::int64_t n = std::int64_t(hood.offsets.size()) - 1;
   std::vector<std::uint8_t> core(std::size_t(std::max<std::int64_t>(n, 0)), 0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t b = hood.offsets[std::size_t(i)], e = hood.offsets[std::size_t(i) + 1];
-    if (!sample_weight) {
-      core[std::size_t(i)] = e - b >= min_samples;
-    } else {
-      const W size = numpy_sum<W>(e - b, [&](std::int64_t p) { return sample_weight[hood.indices[std::size_t(b + p)]]; });
-      core[std::size_t(i)] = double(size) >= double(min_samples);
+  parallel_chunks(n, dbscan_detail::kChunk, [&](std::int64_t, std::int64_t b0, std::int64_t e0) {
+    for (std::int64_t i = b0; i < e0; ++i) {
+      const std::int64_t b = hood.offsets[std::size_t(i)], e = hood.offsets[std::size_t(i) + 1];
+      if (!sample_weight) {
+        core[std::size_t(i)] = e - b >= min_samples;
+      } else {
+        const W size =
+            numpy_sum<W>(e - b, [&](std::int64_t p) { return sample_weight[hood.indices[std::size_t(b + p)]]; });
+        core[std::size_t(i)] = double(size) >= double(min_samples);
+      }
     }
-  }
+  });
   return core;
 }
 
-/// Labels from core flags and neighbourhoods, as dbscan_inner assigns them. Its depth-first search from each
-/// unlabelled core sample in index order labels the component of core samples it reaches and the non-core
-/// neighbours of those cores that no earlier cluster took. So: clusters are the connected components of core samples
-/// (core j joined to core i when j is in i's neighbourhood), numbered by their smallest core index; a non-core
-/// sample gets the smallest label among the cores whose neighbourhood holds it; the rest is noise (-1). Computed by
-/// a union-find whose every root is its component's smallest index, on one thread: the same result on any machine.
+/// Each sample's component root, from core flags and neighbourhoods: a core sample's is the smallest core index of
+/// its connected component of core samples (core j joined to core i when j is in i's neighbourhood); a non-core
+/// sample's is the smallest root among the cores whose neighbourhood holds it, or -1 (noise). A union-find whose
+/// every root is its component's smallest index, on one thread (the host engine's components).
 template <class T>
-DbscanResult label_components(const RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
+std::vector<std::int64_t> union_find_roots(const RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
   const std::int64_t n = std::int64_t(core.size());
   std::vector<std::int64_t> parent(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) parent[std::size_t(i)] = i;
@@ -127,26 +166,80 @@ DbscanResult label_components(const RadiusResult<T>& hood, const std::vector<std
       if (a != b) parent[std::size_t(std::max(a, b))] = std::min(a, b);  // the smaller index stays the root
     }
   }
-  DbscanResult r;
-  r.labels.assign(std::size_t(n), -1);
+  std::vector<std::int64_t> roots(static_cast<std::size_t>(n), -1);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (core[std::size_t(i)]) roots[std::size_t(i)] = find(i);
   for (std::int64_t i = 0; i < n; ++i) {
     if (!core[std::size_t(i)]) continue;
-    r.core_sample_indices.push_back(i);
-    const std::int64_t root = find(i);
-    // A root is its component's smallest index, so it is labelled before any other member.
-    r.labels[std::size_t(i)] = root == i ? r.n_clusters++ : r.labels[std::size_t(root)];
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!core[std::size_t(i)]) continue;
-    const std::int64_t label = r.labels[std::size_t(i)];
+    const std::int64_t root = roots[std::size_t(i)];
     for (std::int64_t p = hood.offsets[std::size_t(i)]; p < hood.offsets[std::size_t(i) + 1]; ++p) {
       const std::int64_t j = hood.indices[std::size_t(p)];
       if (core[std::size_t(j)]) continue;
-      std::int64_t& l = r.labels[std::size_t(j)];
-      if (l == -1 || label < l) l = label;
+      std::int64_t& r = roots[std::size_t(j)];
+      if (r == -1 || root < r) r = root;
     }
   }
+  return roots;
+}
+
+/// Labels from component roots, as dbscan_inner assigns them. Its depth-first search from each unlabelled core
+/// sample in index order labels the component of core samples it reaches and the non-core neighbours of those cores
+/// that no earlier cluster took. So clusters are numbered in the order of their roots (each component's smallest
+/// core index), and a non-core sample's smallest root is its smallest label. Threaded, the same on any machine.
+inline DbscanResult number_clusters(const std::vector<std::int64_t>& roots, const std::vector<std::uint8_t>& core) {
+  const std::int64_t n = std::int64_t(core.size());
+  if (std::int64_t(roots.size()) != n) throw invalid_input("DBSCAN: the components need one root per sample");
+  const std::int64_t chunks = (n + dbscan_detail::kChunk - 1) / dbscan_detail::kChunk;
+  // Per chunk: its roots and its core samples, then their running totals.
+  std::vector<std::int64_t> chunk_roots(std::size_t(chunks) + 1, 0), chunk_cores(std::size_t(chunks) + 1, 0);
+  parallel_chunks(n, dbscan_detail::kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+    std::int64_t r = 0, k = 0;
+    for (std::int64_t i = b; i < e; ++i) {
+      if (!core[std::size_t(i)]) continue;
+      const std::int64_t root = roots[std::size_t(i)];
+      if (root < 0 || root > i || !core[std::size_t(root)])
+        throw invalid_input("DBSCAN: core sample " + std::to_string(i) + " has root " + std::to_string(root) +
+                            ", not a core sample at or below it");
+      r += root == i;
+      ++k;
+    }
+    chunk_roots[std::size_t(c) + 1] = r;
+    chunk_cores[std::size_t(c) + 1] = k;
+  });
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    chunk_roots[std::size_t(c) + 1] += chunk_roots[std::size_t(c)];
+    chunk_cores[std::size_t(c) + 1] += chunk_cores[std::size_t(c)];
+  }
+  DbscanResult r;
+  r.n_clusters = chunk_roots.back();
+  r.labels.assign(std::size_t(n), -1);
+  r.core_sample_indices.resize(std::size_t(chunk_cores.back()));
+  // The roots first (their cluster numbers), then every other sample takes its root's.
+  parallel_chunks(n, dbscan_detail::kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+    std::int64_t label = chunk_roots[std::size_t(c)], at = chunk_cores[std::size_t(c)];
+    for (std::int64_t i = b; i < e; ++i) {
+      if (!core[std::size_t(i)]) continue;
+      r.core_sample_indices[std::size_t(at++)] = i;
+      if (roots[std::size_t(i)] == i) r.labels[std::size_t(i)] = label++;
+    }
+  });
+  parallel_chunks(n, dbscan_detail::kChunk, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t root = roots[std::size_t(i)];
+      if (root < 0 || root == i) continue;
+      if (root >= n || !core[std::size_t(root)] || roots[std::size_t(root)] != root)
+        throw invalid_input("DBSCAN: sample " + std::to_string(i) + " has root " + std::to_string(root) +
+                            ", not the root of a component");
+      r.labels[std::size_t(i)] = r.labels[std::size_t(root)];
+    }
+  });
   return r;
+}
+
+/// Labels from core flags and neighbourhoods on the host: union_find_roots, then number_clusters.
+template <class T>
+DbscanResult label_components(const RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
+  return number_clusters(union_find_roots(hood, core), core);
 }
 
 /// The arguments every fit takes.
@@ -155,23 +248,43 @@ inline void check_dbscan(double eps, std::int64_t min_samples) {
   if (min_samples < 1) throw invalid_input("DBSCAN: min_samples must be >= 1, got " + std::to_string(min_samples));
 }
 
-/// The whole fit on an engine: its neighbourhoods (checked), core samples, components. `sample_weight`: n values
-/// or nullptr. `on_progress` hears (1, 3) after the neighbourhoods, (2, 3) after the core samples, (3, 3) at the
-/// end; returning false cancels with gpuml::cancelled.
+/// The whole fit on an engine: its neighbourhoods (checked), core samples, its components, the labels, each phase
+/// timed. `sample_weight`: n values or nullptr. `on_progress` hears (1, 3) after the neighbourhoods, (2, 3) after
+/// the core samples, (3, 3) at the end; returning false cancels with gpuml::cancelled.
 template <class T, class W, DbscanEngine<T> Engine>
 DbscanResult dbscan(Engine& engine, std::int64_t n, double eps, std::int64_t min_samples, const W* sample_weight,
                     const ProgressCallback& on_progress = {}) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto phase = start;
+  auto lap = [&phase] {
+    const auto now = Clock::now();
+    const double s = std::chrono::duration<double>(now - phase).count();
+    phase = now;
+    return s;
+  };
   check_dbscan(eps, min_samples);
   auto step = [&](std::uint64_t done) {
     if (on_progress && !on_progress(WorkProgress{done, 3})) throw cancelled("DBSCAN fit cancelled");
   };
+  DbscanTimes times;
   const RadiusResult<T> hood = engine.neighbourhoods(eps);
   check_neighbourhoods(hood, n);
+  times.neighbourhoods = lap();
   step(1);
+  phase = Clock::now();
   const std::vector<std::uint8_t> core = core_samples(hood, sample_weight, min_samples);
+  times.core_samples = lap();
   step(2);
-  DbscanResult r = label_components(hood, core);
+  phase = Clock::now();
+  const std::vector<std::int64_t> roots = engine.components(hood, core);
+  times.components = lap();
+  DbscanResult r = number_clusters(roots, core);
+  times.labels = lap();
+  r.n_edges = std::int64_t(hood.indices.size());
   step(3);
+  times.total = std::chrono::duration<double>(Clock::now() - start).count();
+  r.times = times;
   return r;
 }
 

@@ -1,6 +1,8 @@
 // DBSCAN with scikit-learn's semantics (sklearn.cluster.DBSCAN, algorithm="brute"): the neighbourhoods from an
-// engine (the host's radius scan, or NearestNeighbors on a Vulkan backend), then the algorithm layer's core samples
-// and components (algorithms/dbscan.hpp), so labels and core samples are scikit-learn's on every backend.
+// engine (the host's radius scan, or NearestNeighbors on a Vulkan backend), the algorithm layer's core samples, the
+// components from the engine (the host's union-find, or kernels/dbscan.hpp on the device: the same roots), and the
+// algorithm layer's numbering (algorithms/dbscan.hpp), so labels and core samples are scikit-learn's on every
+// backend.
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
@@ -11,11 +13,15 @@
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
+#include <gpuml/core/parallel.hpp>
+#include <gpuml/core/warnings.hpp>
 #include <gpuml/estimators/neighbors.hpp>
 #include <gpuml/host/dbscan.hpp>
 #include <gpuml/host/radius.hpp>
+#include <gpuml/kernels/dbscan.hpp>
 #include <gpuml/select.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -43,6 +49,14 @@ struct DBSCANParams {
   DBSCANParams& set_on_progress(ProgressCallback v) { on_progress = std::move(v); return *this; }
 };
 
+/// Where one fit's time went and how its components were found.
+struct DBSCANFitStats {
+  algorithms::DbscanTimes times;      ///< seconds per phase (neighbourhoods, core samples, components, labels)
+  std::int64_t n_edges = 0;           ///< neighbourhood entries in all (each sample itself included)
+  bool components_on_device = false;  ///< the components kernel ran (else the host's union-find)
+  kernels::DbscanComponentsStats components;  ///< the kernel's pieces, rounds and submissions (device only)
+};
+
 namespace detail {
 
 /// The metric DBSCAN's parameters name; a distance metric (inner_product is a similarity) and, for "minkowski",
@@ -63,12 +77,13 @@ inline Metric dbscan_metric(const DBSCANParams& p) {
 
 /// DBSCAN's engine on a Vulkan backend: NearestNeighbors' radius graph (each sample itself included where its
 /// distance to itself is within eps) over the rows sorted by their widest feature, so each query tile scans only
-/// its window of rows, mapped back to X's order.
+/// its window of rows, mapped back to X's order; the components on the backend's first device (the host's
+/// union-find, after one warning, where the device cannot hold the graph).
 template <class T>
 class NeighborsDbscanEngine {
  public:
   NeighborsDbscanEngine(const Backend& backend, MatrixView<T> X, Metric metric)
-      : sorted_(X, metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
+      : backend_(backend), sorted_(X, metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
     if (sorted_.sorted()) nn_.fit(sorted_.rows);
     else nn_.fit(X);
   }
@@ -78,9 +93,26 @@ class NeighborsDbscanEngine {
     return algorithms::unsort_graph(nn_.radius_graph_self(eps, sorted_.feature), sorted_.order);
   }
 
+  std::vector<std::int64_t> components(const algorithms::RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
+    try {
+      auto roots = kernels::dbscan_components(*backend_.device(), hood, core, {}, &stats_);
+      on_device_ = true;
+      return roots;
+    } catch (const unsupported& e) {
+      warn_once(std::string(e.what()) + "; DBSCAN's components run on the host");
+    }
+    return algorithms::union_find_roots(hood, core);
+  }
+
+  bool components_on_device() const noexcept { return on_device_; }
+  const kernels::DbscanComponentsStats& components_stats() const noexcept { return stats_; }
+
  private:
+  Backend backend_;
   algorithms::SortedRows<T> sorted_;
   NearestNeighbors<T> nn_;
+  kernels::DbscanComponentsStats stats_;
+  bool on_device_ = false;
 };
 
 }  // namespace detail
@@ -112,6 +144,7 @@ class DBSCAN {
     const T* w = weighted ? sample_weight.data() : nullptr;
     const std::int64_t n = X.rows();
     algorithms::DbscanResult r;
+    DBSCANFitStats stats;
     bool widened = false;
     if constexpr (std::is_same_v<T, float>) {
       // float32 data whose distances could overflow are decided in float64, as the neighbour search decides them.
@@ -127,26 +160,38 @@ class DBSCAN {
           backend_, "DBSCAN",
           [&] {
             detail::NeighborsDbscanEngine<T> engine(backend_, X, metric);
-            return algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            auto result = algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            stats.components_on_device = engine.components_on_device();
+            stats.components = engine.components_stats();
+            return result;
           },
           [&] {
             host::DbscanEngine<T> engine(X, metric);
             return algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
           });
     }
+    const auto finish_start = std::chrono::steady_clock::now();
     Labels labels(n);
-    for (std::int64_t i = 0; i < n; ++i) labels[i] = static_cast<std::int32_t>(r.labels[std::size_t(i)]);
     IndexVector core(static_cast<Eigen::Index>(r.core_sample_indices.size()));
     Matrix<T> components(core.size(), X.cols());
-    for (Eigen::Index c = 0; c < core.size(); ++c) {
-      core[c] = r.core_sample_indices[std::size_t(c)];
-      components.row(c) = X.row(core[c]);
-    }
+    parallel_chunks(n, 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) labels[i] = static_cast<std::int32_t>(r.labels[std::size_t(i)]);
+    });
+    parallel_chunks(core.size(), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t c = b; c < e; ++c) {
+        core[c] = r.core_sample_indices[std::size_t(c)];
+        components.row(c) = X.row(core[c]);
+      }
+    });
+    stats.times = r.times;
+    stats.times.labels += std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
+    stats.n_edges = r.n_edges;
     labels_ = std::move(labels);
     core_ = std::move(core);
     components_ = std::move(components);
     n_clusters_ = r.n_clusters;
     n_features_ = X.cols();
+    stats_ = stats;
     fitted_ = true;
     return *this;
   }
@@ -176,6 +221,12 @@ class DBSCAN {
     require_fitted();
     return n_features_;
   }
+  /// Where the last fit's time went (seconds per phase, the labels' phase including the estimator's copies) and
+  /// where its components were found.
+  const DBSCANFitStats& fit_stats() const {
+    require_fitted();
+    return stats_;
+  }
   bool fitted() const noexcept { return fitted_; }
   const DBSCANParams& params() const noexcept { return params_; }
   const Backend& backend() const noexcept { return backend_; }
@@ -192,6 +243,7 @@ class DBSCAN {
   Matrix<T> components_;
   std::int64_t n_clusters_ = 0;
   Eigen::Index n_features_ = 0;
+  DBSCANFitStats stats_;
   bool fitted_ = false;
 };
 

@@ -1,6 +1,7 @@
 // Host engine for DBSCAN (algorithms/dbscan.hpp): every sample's eps-neighbourhood by the brute-force radius scan
 // of host/radius.hpp, each sample itself included where its distance to itself is within eps (always, except a
-// zero row under cosine, whose distance to everything is 1: as scikit-learn's radius_neighbors(X) decides).
+// zero row under cosine, whose distance to everything is 1: as scikit-learn's radius_neighbors(X) decides); the
+// components by the algorithm layer's union-find.
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
@@ -8,6 +9,9 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/host/radius.hpp>
+
+#include <cstdint>
+#include <vector>
 
 namespace gpuml::host {
 
@@ -22,6 +26,10 @@ class DbscanEngine {
     if (!sorted.sorted()) return radius_search<T>(X_, X_, eps, metric_, false, false);
     return algorithms::unsort_graph(radius_search<T>(sorted.rows, sorted.rows, eps, metric_, false, false, sorted.feature),
                                     sorted.order);
+  }
+
+  std::vector<std::int64_t> components(const algorithms::RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
+    return algorithms::union_find_roots(hood, core);
   }
 
  private:
