@@ -145,21 +145,24 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["n_core"] = n_core;
     j["fit_seconds"] = fit_seconds;
     const auto& stats = model.fit_stats();
-    j["times"] = {{"neighbourhoods", stats.times.neighbourhoods}, {"core_samples", stats.times.core_samples},
+    j["times"] = {{"setup", stats.times.setup}, {"neighbourhoods", stats.times.neighbourhoods}, {"core_samples", stats.times.core_samples},
                   {"components", stats.times.components}, {"labels", stats.times.labels}};
     j["n_edges"] = stats.n_edges;
     j["components_on"] = stats.components_on_device ? "device" : "host";
     if (stats.components_on_device)
       j["components_kernel"] = {{"pieces", stats.components.pieces}, {"rounds", stats.components.rounds},
-                                {"submits", stats.components.submits}};
+                                {"submits", stats.components.submits}, {"upload_seconds", stats.components.upload_seconds},
+                                {"rounds_seconds", stats.components.rounds_seconds},
+                                {"finish_seconds", stats.components.finish_seconds}};
     j["load_seconds"] = load_seconds;
     j["host_threads"] = gpuml::host_threads();
     j["warnings"] = warnings;
     std::printf("%s\n", j.dump().c_str());
   } else if (chatty) {
     const auto& t = model.fit_stats().times;
-    std::printf("fit: %.3f s (neighbourhoods %.3f, core samples %.3f, components %.3f on the %s, labels %.3f)\n",
-                fit_seconds, t.neighbourhoods, t.core_samples, t.components,
+    std::printf("fit: %.3f s (setup %.3f, neighbourhoods %.3f, core samples %.3f, components %.3f on the %s, "
+                "labels %.3f)\n",
+                fit_seconds, t.setup, t.neighbourhoods, t.core_samples, t.components,
                 model.fit_stats().components_on_device ? "device" : "host", t.labels);
     std::printf("clusters: %lld, core samples: %lld, noise: %lld of %lld\n", static_cast<long long>(model.n_clusters()),
                 static_cast<long long>(n_core), static_cast<long long>(n_noise), static_cast<long long>(X.rows()));

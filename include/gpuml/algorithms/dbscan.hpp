@@ -32,10 +32,11 @@ concept DbscanEngine = requires(E& engine, double eps, const RadiusResult<T>& ho
   { engine.components(hood, core) } -> std::same_as<std::vector<std::int64_t>>;
 };
 
-/// Where one fit's time went, in seconds: the neighbourhoods (the engine's search and their check), the core
-/// samples, the components (the engine's), the labels (clusters numbered, core indices listed).
+/// Where one fit's time went, in seconds: the setup (the caller's: checks, the engine built, data sorted and sent
+/// to a device), the neighbourhoods (the engine's search and their check), the core samples, the components (the
+/// engine's), the labels (clusters numbered, core indices listed).
 struct DbscanTimes {
-  double neighbourhoods = 0, core_samples = 0, components = 0, labels = 0, total = 0;
+  double setup = 0, neighbourhoods = 0, core_samples = 0, components = 0, labels = 0, total = 0;
 };
 
 /// The clustering of one fit.

@@ -133,6 +133,9 @@ class DBSCAN {
   /// neighbour from being core). Validates everything first; a failed or cancelled fit leaves an earlier one
   /// untouched.
   DBSCAN& fit(MatrixView<T> X, VectorView<T> sample_weight = Vector<T>()) {
+    using Clock = std::chrono::steady_clock;
+    const auto fit_start = Clock::now();
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const Metric metric = detail::dbscan_metric(params_);
     algorithms::check_dbscan(params_.eps, params_.min_samples);
     checks::data(X, "X");
@@ -151,7 +154,9 @@ class DBSCAN {
       if (detail::values_may_overflow<T>(detail::max_abs<T>(X), X.cols(), metric)) {
         const Matrix<double> wide = X.template cast<double>();
         host::DbscanEngine<double> engine(wide, metric);
+        const double setup = since(fit_start);
         r = algorithms::dbscan<double>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+        r.times.setup = setup;
         widened = true;
       }
     }
@@ -160,17 +165,22 @@ class DBSCAN {
           backend_, "DBSCAN",
           [&] {
             detail::NeighborsDbscanEngine<T> engine(backend_, X, metric);
+            const double setup = since(fit_start);
             auto result = algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            result.times.setup = setup;
             stats.components_on_device = engine.components_on_device();
             stats.components = engine.components_stats();
             return result;
           },
           [&] {
             host::DbscanEngine<T> engine(X, metric);
-            return algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            const double setup = since(fit_start);
+            auto result = algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            result.times.setup = setup;
+            return result;
           });
     }
-    const auto finish_start = std::chrono::steady_clock::now();
+    const auto finish_start = Clock::now();
     Labels labels(n);
     IndexVector core(static_cast<Eigen::Index>(r.core_sample_indices.size()));
     Matrix<T> components(core.size(), X.cols());
@@ -184,7 +194,8 @@ class DBSCAN {
       }
     });
     stats.times = r.times;
-    stats.times.labels += std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
+    stats.times.labels += since(finish_start);
+    stats.times.total = since(fit_start);
     stats.n_edges = r.n_edges;
     labels_ = std::move(labels);
     core_ = std::move(core);
@@ -221,8 +232,8 @@ class DBSCAN {
     require_fitted();
     return n_features_;
   }
-  /// Where the last fit's time went (seconds per phase, the labels' phase including the estimator's copies) and
-  /// where its components were found.
+  /// Where the last fit's time went (seconds per phase: setup from the call to the engine built, the labels' phase
+  /// including the estimator's copies, total the whole fit) and where its components were found.
   const DBSCANFitStats& fit_stats() const {
     require_fitted();
     return stats_;

@@ -21,6 +21,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,9 +34,11 @@ struct DbscanComponentsOptions {
   std::uint32_t rounds_per_submit = 4;  ///< HOOK + 2 JUMP rounds recorded per submission
 };
 
-/// What one run did.
+/// What one run did, and where its time went (seconds: the graph and labels written to the device, the rounds,
+/// the border pass and the labels read back).
 struct DbscanComponentsStats {
   std::uint64_t pieces = 0, rounds = 0, submits = 0;
+  double upload_seconds = 0, rounds_seconds = 0, finish_seconds = 0;
 };
 
 namespace dbscan_detail {
@@ -69,6 +72,14 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
   DbscanComponentsStats local_stats;
   DbscanComponentsStats& st = stats ? *stats : local_stats;
   st = DbscanComponentsStats{};
+  using Clock = std::chrono::steady_clock;
+  auto phase = Clock::now();
+  auto lap = [&phase] {
+    const auto now = Clock::now();
+    const double s = std::chrono::duration<double>(now - phase).count();
+    phase = now;
+    return s;
+  };
   const std::int64_t n = std::int64_t(core.size());
   if (std::int64_t(hood.offsets.size()) != n + 1) throw invalid_input("DBSCAN components: offsets do not match the samples");
   std::vector<std::int64_t> roots(std::size_t(n), -1);
@@ -133,6 +144,7 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
   const vulkan::KernelRef hook = dbscan_detail::make_kernel(device, shader::kModeHook);
   const vulkan::KernelRef jump = dbscan_detail::make_kernel(device, shader::kModeJump);
   const vulkan::KernelRef border = dbscan_detail::make_kernel(device, shader::kModeBorder);
+  st.upload_seconds = lap();
 
   auto record = [&](vulkan::Commands& cmds, const vulkan::KernelRef& kernel, const detail_piece* piece) {
     const std::uint64_t items = piece ? piece->edges : std::uint64_t(n);
@@ -168,6 +180,7 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
     ++st.submits;
     if (*static_cast<const std::uint32_t*>(changed.mapped()) == 0) break;
   }
+  st.rounds_seconds = lap();
   {
     vulkan::Commands cmds(device);
     for (const auto& piece : pieces) record(cmds, border, &piece);
@@ -181,6 +194,7 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
       roots[std::size_t(i)] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
     }
   });
+  st.finish_seconds = lap();
   return roots;
 }
 
