@@ -4,6 +4,8 @@ Parameters and X are validated by scikit-learn's own code with its messages. Nei
 scikit-learn decides them: float64 data in float64, float32 data on float64 distances of the same values (the fit
 runs on them in float64; cosine in float32). Core samples (weighted neighbourhood sizes summed in numpy's order) and
 clusters (labels numbered as scikit-learn's dbscan_inner numbers them) come from gpuml's DBSCAN algorithm.
+`fit_stats_` holds where the fit's time went: seconds per phase under "times" (setup, neighbourhoods,
+core_samples, components, labels, total), the neighbourhood entries ("n_edges") and where the components ran.
 Sparse input, metric="precomputed", callables and metrics gpuml lacks go to scikit-learn's own fit (logged once
 at INFO level on the `gpuml` logger).
 """
@@ -99,11 +101,12 @@ class DBSCAN(_SklearnDBSCAN):
             X = X.astype(np.float64)
         if sample_weight is not None:
             sample_weight = np.ascontiguousarray(sample_weight, dtype=X.dtype)
-        labels, core, messages = getattr(_gpuml, f"dbscan_fit_{np.dtype(X.dtype).name}")(
+        labels, core, messages, stats = getattr(_gpuml, f"dbscan_fit_{np.dtype(X.dtype).name}")(
             X, sample_weight, eps, int(self.min_samples), metric, 2.0, device
         )
         raise_warnings(messages)
         calls.count("gpuml")
+        self.fit_stats_ = stats
         self.core_sample_indices_ = core.astype(np.intp, copy=False)
         self.labels_ = labels.astype(np.intp, copy=False)
         if len(self.core_sample_indices_):

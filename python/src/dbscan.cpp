@@ -18,7 +18,28 @@ nb::tuple labels_and_core(const gpuml::Labels& labels, const I64& core, std::vec
   return nb::make_tuple(to_numpy(I64(labels.cast<std::int64_t>())), to_numpy(I64(core)), warnings);
 }
 
-/// gpuml::DBSCAN<T> on X: (labels, core_sample_indices, warnings).
+/// A fit's stats as a dict: seconds per phase under "times", the graph's size, where the components ran.
+nb::dict fit_stats(const gpuml::DBSCANFitStats& s) {
+  nb::dict times;
+  times["setup"] = s.times.setup;
+  times["neighbourhoods"] = s.times.neighbourhoods;
+  times["core_samples"] = s.times.core_samples;
+  times["components"] = s.times.components;
+  times["labels"] = s.times.labels;
+  times["total"] = s.times.total;
+  nb::dict stats;
+  stats["times"] = times;
+  stats["n_edges"] = s.n_edges;
+  stats["components_on"] = s.components_on_device ? "device" : "host";
+  stats["component_rounds"] = s.components.rounds;
+  stats["component_submits"] = s.components.submits;
+  stats["component_pieces"] = s.components.pieces;
+  stats["component_upload_seconds"] = s.components.upload_seconds;
+  stats["component_rounds_seconds"] = s.components.rounds_seconds;
+  return stats;
+}
+
+/// gpuml::DBSCAN<T> on X: (labels, core_sample_indices, warnings, stats).
 template <class T>
 nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, double eps, int min_samples, const std::string& metric,
               double p, const std::string& device) {
@@ -32,7 +53,8 @@ nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, double eps, int min
     else m.fit(view(X));
     return m;
   });
-  return labels_and_core(model.labels(), model.core_sample_indices(), warnings);
+  nb::tuple out = labels_and_core(model.labels(), model.core_sample_indices(), warnings);
+  return nb::make_tuple(out[0], out[1], out[2], fit_stats(model.fit_stats()));
 }
 
 /// The algorithm layer on neighbourhoods given as compressed rows (offsets, indices: each row increasing, the
