@@ -221,13 +221,16 @@ template <class T>
 RadiusResult<T> unsort_graph(const RadiusResult<T>& sorted, const std::vector<std::int64_t>& order) {
   const std::int64_t n = std::int64_t(order.size());
   std::vector<std::int64_t> position(static_cast<std::size_t>(n));
-  for (std::int64_t s = 0; s < n; ++s) position[std::size_t(order[std::size_t(s)])] = s;
+  parallel_chunks(n, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s) position[std::size_t(order[std::size_t(s)])] = s;
+  });
   RadiusResult<T> out;
   out.offsets.assign(std::size_t(n) + 1, 0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t s = position[std::size_t(i)];
-    out.offsets[std::size_t(i) + 1] = out.offsets[std::size_t(i)] + sorted.offsets[std::size_t(s) + 1] - sorted.offsets[std::size_t(s)];
-  }
+  parallel_chunks(n, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s)
+      out.offsets[std::size_t(order[std::size_t(s)]) + 1] = sorted.offsets[std::size_t(s) + 1] - sorted.offsets[std::size_t(s)];
+  });
+  for (std::int64_t i = 0; i < n; ++i) out.offsets[std::size_t(i) + 1] += out.offsets[std::size_t(i)];
   out.indices.resize(std::size_t(out.offsets.back()));
   parallel_chunks(n, 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {

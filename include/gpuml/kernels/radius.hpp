@@ -32,6 +32,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -70,6 +71,9 @@ struct RadiusSearchOptions {
 struct RadiusSearchStats {
   std::uint64_t certain = 0, uncertain = 0, batches = 0, fills = 0, database_blocks = 0;
   bool streamed = false;
+  // Wall seconds: the COUNT passes (upload, dispatch, counts back), the FILL passes (dispatch, pairs back), and the
+  // host's finish (re-checks, distances, ordering, the result's assembly).
+  double count_seconds = 0, fill_seconds = 0, finish_seconds = 0;
 };
 
 /// The kernel's tile: 16 x 16 threads, 8 x 8 pairs each (128 queries against 128 rows per step), features staged
@@ -234,6 +238,8 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
                         "invocation) for d=" + std::to_string(d));
   };
 
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   for (std::uint64_t blk = 0; blk < n_blocks; ++blk) {
     const std::uint64_t b0 = blk * nb_max;
     typename KnnDatabase<T>::Block streamed;
@@ -250,6 +256,7 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
       ++st.batches;
 
       // COUNT.
+      auto started = Clock::now();
       vulkan::upload_rows<T>(device, qbuf, 0, queries, Index(q0), Index(q0 + mb));
       if (windowed) vulkan::upload(device, window_buf, 0, windows.data() + 2 * q0, mb * 8);
       {
@@ -276,6 +283,8 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
       }
       host_counts.resize(2 * mb * splits);
       vulkan::download(device, counts, 0, host_counts.data(), host_counts.size() * sizeof(std::uint32_t));
+      st.count_seconds += since(started);
+      started = Clock::now();
 
       // FILL, over ranges of the batch's queries whose pairs fit one binding.
       const std::size_t base_found = out.found.size();
@@ -331,8 +340,10 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
         }
         a = e;
       }
+      st.fill_seconds += since(started);
     }
   }
+  const auto finish_started = Clock::now();
 
   // The finish on the host: certain pairs kept, uncertain ones decided by the exact function, distances from it,
   // each list ordered as the host engine orders it.
@@ -403,14 +414,22 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   algorithms::RadiusResult<T> result;
   result.offsets.resize(std::size_t(m) + 1, 0);
   for (Index i = 0; i < m; ++i) result.offsets[std::size_t(i) + 1] = result.offsets[std::size_t(i)] + list_counts[std::size_t(i)];
-  result.indices.reserve(std::size_t(result.offsets.back()));
-  if (options.distances) result.distances.reserve(std::size_t(result.offsets.back()));
+  // Each chunk's lists copied to their place in parallel (chunk c starts at its first query's offset).
+  result.indices.resize(std::size_t(result.offsets.back()));
+  if (options.distances) result.distances.resize(std::size_t(result.offsets.back()));
+  parallel_chunks(n_chunks, 1, [&](std::int64_t, std::int64_t cb, std::int64_t ce) {
+    for (Index c = cb; c < ce; ++c) {
+      const Chunk& chunk = chunks[std::size_t(c)];
+      const auto at = std::ptrdiff_t(result.offsets[std::size_t(c * kChunk)]);
+      std::copy(chunk.indices.begin(), chunk.indices.end(), result.indices.begin() + at);
+      if (options.distances) std::copy(chunk.values.begin(), chunk.values.end(), result.distances.begin() + at);
+    }
+  });
   for (const Chunk& c : chunks) {
-    result.indices.insert(result.indices.end(), c.indices.begin(), c.indices.end());
-    result.distances.insert(result.distances.end(), c.values.begin(), c.values.end());
     st.certain += c.certain;
     st.uncertain += c.uncertain;
   }
+  st.finish_seconds = since(finish_started);
   return result;
 }
 
