@@ -257,7 +257,9 @@ TYPED_TEST(Radius, GraphOverSortedRowsMapsBackToTheOriginalGraph) {
     S.row(s) = X.row(order[std::size_t(s)]);
     if (s > 0) {
       ASSERT_LE(S(s - 1, f), S(s, f));
-      if (S(s - 1, f) == S(s, f)) ASSERT_LT(order[std::size_t(s) - 1], order[std::size_t(s)]) << "not stable at " << s;
+      if (S(s - 1, f) == S(s, f)) {
+        ASSERT_LT(order[std::size_t(s) - 1], order[std::size_t(s)]) << "not stable at " << s;
+      }
     }
   }
   for (Metric metric : {Metric::euclidean, Metric::chebyshev}) {

@@ -303,7 +303,9 @@ def test_ctrl_c_stops_a_long_fit(device):
     import signal
     import time
 
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    # -u: the child's verbose lines reach this process as they are written (a pipe's 8 KiB buffer would hold some
+    # 200 of them, and a loaded machine could then see "Iteration 2" only after the fit converged).
+    child = subprocess.Popen([sys.executable, "-u", "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         for line in child.stdout:
             if line.startswith("Iteration 2,"):
