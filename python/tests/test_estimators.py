@@ -291,7 +291,11 @@ def test_ctrl_c_stops_a_long_fit(device):
     and leaves the estimator unfitted; the time from the signal to the exception is printed, not asserted."""
     code = textwrap.dedent(
         f"""
-        import time, numpy as np, gpuml
+        import signal, time, numpy as np, gpuml
+        # Ctrl-C delivered and handled as in a terminal, whatever this process inherited (a shell's background job
+        # starts with SIGINT ignored; a parent thread's blocked signals carry over to its children).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         X = np.random.default_rng(0).uniform(size=(200000, 32)).astype(np.float32)
         km = gpuml.KMeans(n_clusters=256, init=X[:256], max_iter=100000, tol=0, verbose=1, device={device!r})
         try:
