@@ -148,6 +148,12 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["times"] = {{"setup", stats.times.setup}, {"neighbourhoods", stats.times.neighbourhoods}, {"core_samples", stats.times.core_samples},
                   {"components", stats.times.components}, {"labels", stats.times.labels}};
     j["n_edges"] = stats.n_edges;
+    j["graph_on"] = stats.graph_on_device ? "device" : "host";
+    if (!stats.graph_on_host_because.empty()) j["graph_on_host_because"] = stats.graph_on_host_because;
+    if (stats.graph_on_device)
+      j["graph_kernel"] = {{"certain", stats.search.certain}, {"uncertain", stats.search.uncertain},
+                           {"count_seconds", stats.search.count_seconds}, {"fill_seconds", stats.search.fill_seconds},
+                           {"resolve_seconds", stats.search.finish_seconds}};
     j["components_on"] = stats.components_on_device ? "device" : "host";
     if (stats.components_on_device)
       j["components_kernel"] = {{"pieces", stats.components.pieces}, {"rounds", stats.components.rounds},

@@ -15,18 +15,28 @@
 // label of the cores whose neighbourhood holds it, flagged kNotCore so it never reads as core.
 //
 // Each invocation finds its edge's row by a binary search in the piece's offsets; every loop is bounded (32 steps),
-// far within llvmpipe's loop limit.
+// far within llvmpipe's loop limit. An edge flagged kSkippedEdge is no edge (the radius FILL's uncertain pairs,
+// whose rows the host resolves and hands over as a piece of their own).
+//
+// PERMUTED: samples sit at positions of a sorted order while labels name original indices (the smallest original
+// index of a component is scikit-learn's cluster order): a label is read at position[label]. The same algorithm on
+// relabelled vertices, so the same argument holds.
 #include "common.glsl"
 #include "dbscan.h"
 
 layout(constant_id = kSpecThreads) const uint THREADS = 256;
 layout(constant_id = kSpecMode) const uint MODE = kModeHook;
+layout(constant_id = kSpecPermuted) const uint PERMUTED = 0;
 layout(local_size_x_id = kSpecThreads) in;
 
 layout(std430, binding = kBindingLabels) coherent buffer LabelBuf { uint label[]; };
 layout(std430, binding = kBindingOffsets) readonly buffer OffsetBuf { uint offsets[]; };
 layout(std430, binding = kBindingIndices) readonly buffer IndexBuf { uint indices[]; };
 layout(std430, binding = kBindingChanged) coherent buffer ChangedBuf { uint changed[]; };
+layout(std430, binding = kBindingPosition) readonly buffer PositionBuf { uint position[]; };
+
+// Where the sample a label names sits.
+uint at(uint l) { return PERMUTED != 0u ? position[l] : l; }
 
 shared uint group_changed;
 
@@ -52,7 +62,7 @@ void main() {
       if (start < kNotCore) {
         uint l = start;
         for (uint s = 0u; s < kJumpSteps; ++s) {
-          const uint next = label[l];
+          const uint next = label[at(l)];
           if (next == l) break;
           l = next;
         }
@@ -66,14 +76,14 @@ void main() {
     const uint i = p.row0 + row_of(id);
     const uint j = indices[id];
     const uint li = label[i];
-    if (i != j && li < kNotCore) {
+    if (i != j && (j & kSkippedEdge) == 0u && li < kNotCore) {
       const uint lj = label[j];
       if (MODE == kModeHook) {
         if (lj < kNotCore && li != lj) {
           const uint lo = min(li, lj), hi = max(li, lj);
           const uint end = li > lj ? i : j;
           moved = atomicMin(label[end], lo) > lo;
-          moved = atomicMin(label[hi], lo) > lo || moved;
+          moved = atomicMin(label[at(hi)], lo) > lo || moved;
         }
       } else if (lj >= kNotCore) {
         atomicMin(label[j], kNotCore | li);

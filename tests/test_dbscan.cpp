@@ -254,9 +254,19 @@ TEST_P(DbscanTest, FitStatsTellWhereTheTimeWent) {
   model.fit(X);
   const auto& stats = model.fit_stats();
   EXPECT_EQ(stats.components_on_device, !b.is_host());
+  EXPECT_EQ(stats.graph_on_device, !b.is_host()) << stats.graph_on_host_because;
   if (!b.is_host()) {
-    EXPECT_EQ(stats.components.pieces, 1u);
+    // The device graph, and the rows with pairs at exactly eps resolved on the host as a piece of their own.
+    EXPECT_EQ(stats.components.pieces, 2u);
     EXPECT_GE(stats.components.rounds, 1u);
+    EXPECT_GT(stats.search.uncertain, 0u);
+    // Weights keep the graph on the host (their sums follow index order), with the reason said.
+    DBSCAN<float> weighted(DBSCANParams{}.set_eps(1.0).set_min_samples(3), b);
+    weighted.fit(X, Vector<float>::Constant(X.rows(), 1.0f));
+    EXPECT_FALSE(weighted.fit_stats().graph_on_device);
+    EXPECT_NE(weighted.fit_stats().graph_on_host_because.find("weight"), std::string::npos);
+    EXPECT_TRUE(weighted.fit_stats().components_on_device);
+    for (Eigen::Index i = 0; i < X.rows(); ++i) ASSERT_EQ(weighted.labels()[i], model.labels()[i]) << i;
   }
   const auto hood = reference_hoods<float>(X, 1.0, Metric::euclidean);
   std::int64_t edges = 0;

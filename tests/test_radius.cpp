@@ -270,6 +270,69 @@ TYPED_TEST(Radius, GraphOverSortedRowsMapsBackToTheOriginalGraph) {
   }
 }
 
+// The graph DBSCAN keeps on the device (radius_self_graph): read back here, each row's certain pairs (a row without
+// uncertain ones) or its resolved list (a row with them) is the host's neighbourhood as a set, and the counts are
+// its sizes; every metric, sorted rows with windows and unsorted, whole batches and batches of 7, at a radius with
+// pairs exactly on it (some rows must have been resolved, else the test could not fail for them).
+TYPED_TEST(Radius, DeviceSelfGraphHoldsTheHostNeighbourhoods) {
+  using T = TypeParam;
+  for (const Eigen::Index d : {Eigen::Index(3), Eigen::Index(260)}) {  // 260: several splits per row on CPU devices
+  Matrix<T> X = grid<T>(d == 3 ? 283 : 150, d, 71 + d, 5);
+  X.col(0) *= T(2);
+  const Eigen::Index f = gpuml::algorithms::widest_feature<T>(X);
+  const Matrix<T> S = sorted_by<T>(X, f);
+  for (const auto& b : backends()) {
+    if (!b.backend.is_vulkan()) continue;
+    auto& device = *b.backend.device();
+    if (std::is_same_v<T, double> && !device.info().float64) continue;
+    for (Metric metric : d == 3 ? kRadiusMetrics : std::vector<Metric>{Metric::euclidean, Metric::chebyshev}) {
+      std::uint64_t resolved_rows = 0;
+      for (const double radius : {exact_radii<T>(S, S, metric)[0], exact_radii<T>(S, S, metric)[2]}) {
+        const auto want = gpuml::host::radius_search<T>(S, S, radius, metric, false);
+        for (const bool sorted : {true, false}) {
+          for (std::uint64_t batch : {std::uint64_t(0), std::uint64_t(7)}) {
+            const std::string what = std::string(gpuml::metric_name(metric)) + " r=" + std::to_string(radius) +
+                                     (sorted ? " sorted" : "") + " batch " + std::to_string(batch);
+            SCOPED_TRACE(what);
+            gpuml::kernels::RadiusSearchOptions options;
+            options.sorted_feature = sorted && metric != Metric::cosine ? f : -1;
+            options.max_batch_queries = batch;
+            const auto g = gpuml::kernels::radius_self_graph<T>(device, S, radius, metric, options);
+            const std::size_t n = std::size_t(S.rows());
+            ASSERT_EQ(g.rows, n);
+            std::vector<std::uint32_t> offsets(n + 1), found(std::max<std::size_t>(g.pairs, 1));
+            gpuml::vulkan::download(device, g.row_offsets, 0, offsets.data(), offsets.size() * 4);
+            gpuml::vulkan::download(device, g.found, 0, found.data(), g.pairs * 4);
+            ASSERT_EQ(offsets[n], g.pairs);
+            std::size_t next_resolved = 0;
+            resolved_rows += g.resolved_rows.size();
+            for (std::size_t i = 0; i < n; ++i) {
+              const std::vector<std::int64_t> host(want.indices.begin() + want.offsets[i], want.indices.begin() + want.offsets[i + 1]);
+              ASSERT_EQ(g.counts[i], std::int64_t(host.size())) << "row " << i;
+              std::vector<std::int64_t> got;
+              if (next_resolved < g.resolved_rows.size() && g.resolved_rows[next_resolved] == std::int64_t(i)) {
+                got.assign(g.resolved_indices.begin() + g.resolved_offsets[next_resolved],
+                           g.resolved_indices.begin() + g.resolved_offsets[next_resolved + 1]);
+                ++next_resolved;
+              } else {
+                for (std::uint32_t e = offsets[i]; e < offsets[i + 1]; ++e) {
+                  ASSERT_EQ(found[e] & gpuml::shader_interface::radius::kUncertain, 0u) << "row " << i << " not resolved";
+                  got.push_back(found[e]);
+                }
+                std::sort(got.begin(), got.end());
+              }
+              ASSERT_EQ(got, host) << "row " << i;
+            }
+            ASSERT_EQ(next_resolved, g.resolved_rows.size());
+          }
+        }
+      }
+      EXPECT_GT(resolved_rows, 0u) << gpuml::metric_name(metric) << ": no row had pairs at the radius's rounding";
+    }
+  }
+  }
+}
+
 // An independent reference: on the integer grid, squared euclidean, manhattan and chebyshev distances are exact
 // in T, so the sets at an exact radius are those of integer arithmetic, on every backend.
 TYPED_TEST(Radius, SetsAtAnExactRadiusAreTheIntegerReference) {

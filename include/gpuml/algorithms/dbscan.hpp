@@ -1,10 +1,12 @@
 // DBSCAN as scikit-learn computes it (sklearn/cluster/_dbscan.py and dbscan_inner), from each sample's
 // eps-neighbourhood: core samples by weighted neighbourhood size, clusters as the connected components of core
-// samples, labels numbered as dbscan_inner numbers them. No Vulkan: an engine supplies the neighbourhoods and the
-// components (the host engine by union_find_roots here, a device engine by its own kernel: the same roots).
+// samples, labels numbered as dbscan_inner numbers them. No Vulkan: an engine supplies the neighbourhoods, the core
+// flags and the components (the host engine from a host graph by this layer's functions, a device engine from a
+// graph it keeps on the device by its own kernels: the same flags and roots).
 #pragma once
 
 #include <gpuml/algorithms/knn.hpp>
+#include <gpuml/algorithms/radius.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
@@ -20,16 +22,21 @@
 
 namespace gpuml::algorithms {
 
-/// What a DBSCAN engine gives the driver:
-/// - neighbourhoods(eps): every sample's neighbours within eps (itself included where its distance to itself is
-///   within eps, as scikit-learn's radius_neighbors(X) includes it), in increasing index order, as compressed rows;
-///   distances may be left empty;
-/// - components(hood, core): each sample's component root as union_find_roots defines it (any engine returns
-///   exactly those roots: they are minima, so no order of work changes them).
-template <class E, class T>
-concept DbscanEngine = requires(E& engine, double eps, const RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
-  { engine.neighbourhoods(eps) } -> std::same_as<RadiusResult<T>>;
-  { engine.components(hood, core) } -> std::same_as<std::vector<std::int64_t>>;
+/// What a DBSCAN engine gives the driver (keeping its neighbourhood graph wherever it likes):
+/// - search(eps, weighted): every sample's neighbours within eps, itself included where its distance to itself is
+///   within eps (as scikit-learn's radius_neighbors(X) includes it); `weighted`: the core samples will sum weights
+///   over each neighbourhood in index order (else neighbour counts suffice);
+/// - core_samples(min_samples, sample_weight): core_samples()'s flags, in X's order;
+/// - components(core): each sample's component root as union_find_roots defines it (any engine returns exactly
+///   those roots: they are minima, so no order of work changes them);
+/// - edges(): neighbourhood entries in all.
+template <class E, class W>
+concept DbscanEngine = requires(E& engine, double eps, bool weighted, std::int64_t min_samples, const W* sample_weight,
+                                const std::vector<std::uint8_t>& core) {
+  engine.search(eps, weighted);
+  { engine.core_samples(min_samples, sample_weight) } -> std::same_as<std::vector<std::uint8_t>>;
+  { engine.components(core) } -> std::same_as<std::vector<std::int64_t>>;
+  { engine.edges() } -> std::convertible_to<std::int64_t>;
 };
 
 /// Where one fit's time went, in seconds: the setup (the caller's: checks, the engine built, data sorted and sent
@@ -243,6 +250,35 @@ DbscanResult label_components(const RadiusResult<T>& hood, const std::vector<std
   return number_clusters(union_find_roots(hood, core), core);
 }
 
+/// A neighbourhood graph held on the host in X's order (checked when set), and the driver's steps on it: the host
+/// engine's, and a device engine's where its graph comes back to the host.
+template <class T>
+class HostNeighbourhoods {
+ public:
+  void set(RadiusResult<T> hood, std::int64_t n) {
+    check_neighbourhoods(hood, n);
+    hood_ = std::move(hood);
+  }
+  template <class W>
+  std::vector<std::uint8_t> core_samples(std::int64_t min_samples, const W* sample_weight) const {
+    return algorithms::core_samples(hood_, sample_weight, min_samples);
+  }
+  std::vector<std::int64_t> components(const std::vector<std::uint8_t>& core) const { return union_find_roots(hood_, core); }
+  std::int64_t edges() const { return std::int64_t(hood_.indices.size()); }
+  const RadiusResult<T>& graph() const { return hood_; }
+
+ private:
+  RadiusResult<T> hood_;
+};
+
+/// The radius graph of X with itself from `search(rows, sorted_feature)`, over `sorted`'s rows (each scans its
+/// window) where it sorted them, mapped back to X's order.
+template <class T, class Search>
+RadiusResult<T> sorted_self_graph(const SortedRows<T>& sorted, MatrixView<T> X, Search&& search) {
+  if (!sorted.sorted()) return search(X, Eigen::Index(-1));
+  return unsort_graph(search(MatrixView<T>(sorted.rows), sorted.feature), sorted.order);
+}
+
 /// The arguments every fit takes.
 inline void check_dbscan(double eps, std::int64_t min_samples) {
   if (!(eps > 0)) throw invalid_input("DBSCAN: eps must be > 0, got " + std::to_string(eps));
@@ -252,7 +288,7 @@ inline void check_dbscan(double eps, std::int64_t min_samples) {
 /// The whole fit on an engine: its neighbourhoods (checked), core samples, its components, the labels, each phase
 /// timed. `sample_weight`: n values or nullptr. `on_progress` hears (1, 3) after the neighbourhoods, (2, 3) after
 /// the core samples, (3, 3) at the end; returning false cancels with gpuml::cancelled.
-template <class T, class W, DbscanEngine<T> Engine>
+template <class W, DbscanEngine<W> Engine>
 DbscanResult dbscan(Engine& engine, std::int64_t n, double eps, std::int64_t min_samples, const W* sample_weight,
                     const ProgressCallback& on_progress = {}) {
   using Clock = std::chrono::steady_clock;
@@ -269,20 +305,20 @@ DbscanResult dbscan(Engine& engine, std::int64_t n, double eps, std::int64_t min
     if (on_progress && !on_progress(WorkProgress{done, 3})) throw cancelled("DBSCAN fit cancelled");
   };
   DbscanTimes times;
-  const RadiusResult<T> hood = engine.neighbourhoods(eps);
-  check_neighbourhoods(hood, n);
+  engine.search(eps, sample_weight != nullptr);
   times.neighbourhoods = lap();
   step(1);
   phase = Clock::now();
-  const std::vector<std::uint8_t> core = core_samples(hood, sample_weight, min_samples);
+  const std::vector<std::uint8_t> core = engine.core_samples(min_samples, sample_weight);
+  if (std::int64_t(core.size()) != n) throw error("DBSCAN: the engine's core flags do not match the samples");
   times.core_samples = lap();
   step(2);
   phase = Clock::now();
-  const std::vector<std::int64_t> roots = engine.components(hood, core);
+  const std::vector<std::int64_t> roots = engine.components(core);
   times.components = lap();
   DbscanResult r = number_clusters(roots, core);
   times.labels = lap();
-  r.n_edges = std::int64_t(hood.indices.size());
+  r.n_edges = engine.edges();
   step(3);
   times.total = std::chrono::duration<double>(Clock::now() - start).count();
   r.times = times;

@@ -1,8 +1,8 @@
-// DBSCAN with scikit-learn's semantics (sklearn.cluster.DBSCAN, algorithm="brute"): the neighbourhoods from an
-// engine (the host's radius scan, or NearestNeighbors on a Vulkan backend), the algorithm layer's core samples, the
-// components from the engine (the host's union-find, or kernels/dbscan.hpp on the device: the same roots), and the
-// algorithm layer's numbering (algorithms/dbscan.hpp), so labels and core samples are scikit-learn's on every
-// backend.
+// DBSCAN with scikit-learn's semantics (sklearn.cluster.DBSCAN, algorithm="brute"): the neighbourhoods, core
+// samples and components from an engine (the host's radius scan and union-find; on a Vulkan backend a graph kept on
+// the device and read there by the components kernel, or NearestNeighbors' graph brought back: the same flags and
+// roots), and the algorithm layer's numbering (algorithms/dbscan.hpp), so labels and core samples are
+// scikit-learn's on every backend.
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
@@ -49,12 +49,19 @@ struct DBSCANParams {
   DBSCANParams& set_on_progress(ProgressCallback v) { on_progress = std::move(v); return *this; }
 };
 
-/// Where one fit's time went and how its components were found.
-struct DBSCANFitStats {
-  algorithms::DbscanTimes times;      ///< seconds per phase (neighbourhoods, core samples, components, labels)
-  std::int64_t n_edges = 0;           ///< neighbourhood entries in all (each sample itself included)
-  bool components_on_device = false;  ///< the components kernel ran (else the host's union-find)
+/// Where a Vulkan engine kept the neighbourhood graph and found the components.
+struct DbscanEngineStats {
+  bool graph_on_device = false;         ///< the graph stayed on the device (else it came back to the host)
+  std::string graph_on_host_because;    ///< why it did not (empty where it did, or on the host backend)
+  bool components_on_device = false;    ///< the components kernel ran (else the host's union-find)
+  kernels::RadiusSearchStats search;    ///< the device graph's passes (graph_on_device only)
   kernels::DbscanComponentsStats components;  ///< the kernel's pieces, rounds and submissions (device only)
+};
+
+/// Where one fit's time went and how its neighbourhoods and components were found.
+struct DBSCANFitStats : DbscanEngineStats {
+  algorithms::DbscanTimes times;  ///< seconds per phase (neighbourhoods, core samples, components, labels)
+  std::int64_t n_edges = 0;       ///< neighbourhood entries in all (each sample itself included)
 };
 
 namespace detail {
@@ -75,44 +82,87 @@ inline Metric dbscan_metric(const DBSCANParams& p) {
   return m;
 }
 
-/// DBSCAN's engine on a Vulkan backend: NearestNeighbors' radius graph (each sample itself included where its
-/// distance to itself is within eps) over the rows sorted by their widest feature, so each query tile scans only
-/// its window of rows, mapped back to X's order; the components on the backend's first device (the host's
-/// union-find, after one warning, where the device cannot hold the graph).
+/// DBSCAN's engine on a Vulkan backend, over the rows sorted by their widest feature (each query tile scans only its
+/// window of rows). Unweighted fits keep the graph on the backend's first device (kernels::radius_self_graph): the
+/// core samples from its exact neighbourhood sizes, the components read it in place (kernels::dbscan_components).
+/// Weighted fits (whose core samples sum weights in index order), and graphs beyond one device binding, take the
+/// general path: NearestNeighbors' radius graph on the backend, mapped back to X's order, its components on the
+/// first device (the host's union-find, after one warning, where the device cannot hold the graph).
 template <class T>
 class NeighborsDbscanEngine {
  public:
   NeighborsDbscanEngine(const Backend& backend, MatrixView<T> X, Metric metric)
-      : backend_(backend), sorted_(X, metric), nn_(NeighborsParams{1, metric_name(metric)}, backend) {
-    if (sorted_.sorted()) nn_.fit(sorted_.rows);
-    else nn_.fit(X);
+      : backend_(backend), X_(X), metric_(metric), sorted_(X, metric) {}
+
+  void search(double eps, bool weighted) {
+    if (weighted) stats_.graph_on_host_because = "weighted core samples sum weights over each neighbourhood in index order";
+    else if (!sorted_.sorted()) stats_.graph_on_host_because = "the metric or the size leaves the rows unsorted";
+    else {
+      try {
+        kernels::RadiusSearchOptions options;
+        options.sorted_feature = sorted_.feature;
+        device_graph_ = kernels::radius_self_graph<T>(*backend_.device(), sorted_.rows, eps, metric_, options, &stats_.search);
+        stats_.graph_on_device = true;
+        for (const std::int64_t c : device_graph_.counts) edges_ += c;
+        return;
+      } catch (const unsupported& e) {
+        stats_.graph_on_host_because = e.what();
+      }
+    }
+    NearestNeighbors<T> nn(NeighborsParams{1, metric_name(metric_)}, backend_);
+    nn.fit(sorted_.sorted() ? MatrixView<T>(sorted_.rows) : X_);
+    host_graph_.set(algorithms::sorted_self_graph<T>(sorted_, X_,
+                                                     [&](MatrixView<T>, Eigen::Index feature) {
+                                                       return nn.radius_graph_self(eps, feature);
+                                                     }),
+                    X_.rows());
   }
 
-  algorithms::RadiusResult<T> neighbourhoods(double eps) {
-    if (!sorted_.sorted()) return nn_.radius_graph_self(eps);
-    return algorithms::unsort_graph(nn_.radius_graph_self(eps, sorted_.feature), sorted_.order);
+  template <class W>
+  std::vector<std::uint8_t> core_samples(std::int64_t min_samples, const W* sample_weight) const {
+    if (!stats_.graph_on_device) return host_graph_.core_samples(min_samples, sample_weight);
+    const std::int64_t n = X_.rows();
+    std::vector<std::uint8_t> core(std::size_t(n), 0);  // in X's order
+    parallel_chunks(n, 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t s = b; s < e; ++s)
+        core[std::size_t(sorted_.order[std::size_t(s)])] = device_graph_.counts[std::size_t(s)] >= min_samples;
+    });
+    return core;
   }
 
-  std::vector<std::int64_t> components(const algorithms::RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
+  std::vector<std::int64_t> components(const std::vector<std::uint8_t>& core) {
+    if (stats_.graph_on_device) {
+      std::vector<std::uint8_t> by_position(core.size());
+      parallel_chunks(std::int64_t(core.size()), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+        for (std::int64_t s = b; s < e; ++s) by_position[std::size_t(s)] = core[std::size_t(sorted_.order[std::size_t(s)])];
+      });
+      auto roots = kernels::dbscan_components(*backend_.device(), device_graph_, by_position, sorted_.order, {}, &stats_.components);
+      stats_.components_on_device = true;
+      return roots;
+    }
     try {
-      auto roots = kernels::dbscan_components(*backend_.device(), hood, core, {}, &stats_);
-      on_device_ = true;
+      auto roots = kernels::dbscan_components(*backend_.device(), host_graph_.graph(), core, {}, &stats_.components);
+      stats_.components_on_device = true;
       return roots;
     } catch (const unsupported& e) {
       warn_once(std::string(e.what()) + "; DBSCAN's components run on the host");
     }
-    return algorithms::union_find_roots(hood, core);
+    return host_graph_.components(core);
   }
 
-  bool components_on_device() const noexcept { return on_device_; }
-  const kernels::DbscanComponentsStats& components_stats() const noexcept { return stats_; }
+  std::int64_t edges() const { return stats_.graph_on_device ? edges_ : host_graph_.edges(); }
+
+  const DbscanEngineStats& stats() const noexcept { return stats_; }
 
  private:
   Backend backend_;
+  MatrixView<T> X_;
+  Metric metric_;
   algorithms::SortedRows<T> sorted_;
-  NearestNeighbors<T> nn_;
-  kernels::DbscanComponentsStats stats_;
-  bool on_device_ = false;
+  kernels::RadiusDeviceGraph device_graph_;
+  algorithms::HostNeighbourhoods<T> host_graph_;
+  std::int64_t edges_ = 0;
+  DbscanEngineStats stats_;
 };
 
 }  // namespace detail
@@ -155,7 +205,7 @@ class DBSCAN {
         const Matrix<double> wide = X.template cast<double>();
         host::DbscanEngine<double> engine(wide, metric);
         const double setup = since(fit_start);
-        r = algorithms::dbscan<double>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+        r = algorithms::dbscan(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
         r.times.setup = setup;
         widened = true;
       }
@@ -166,16 +216,15 @@ class DBSCAN {
           [&] {
             detail::NeighborsDbscanEngine<T> engine(backend_, X, metric);
             const double setup = since(fit_start);
-            auto result = algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            auto result = algorithms::dbscan(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
             result.times.setup = setup;
-            stats.components_on_device = engine.components_on_device();
-            stats.components = engine.components_stats();
+            static_cast<DbscanEngineStats&>(stats) = engine.stats();
             return result;
           },
           [&] {
             host::DbscanEngine<T> engine(X, metric);
             const double setup = since(fit_start);
-            auto result = algorithms::dbscan<T>(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
+            auto result = algorithms::dbscan(engine, n, params_.eps, params_.min_samples, w, params_.on_progress);
             result.times.setup = setup;
             return result;
           });

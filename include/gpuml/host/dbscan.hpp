@@ -21,20 +21,25 @@ class DbscanEngine {
   DbscanEngine(MatrixView<T> X, Metric metric) : X_(X), metric_(metric) {}
 
   /// Over the rows sorted by their widest feature (each sample scans its window), mapped back to X's order.
-  algorithms::RadiusResult<T> neighbourhoods(double eps) {
+  void search(double eps, bool /*weighted*/) {
     const algorithms::SortedRows<T> sorted(X_, metric_);
-    if (!sorted.sorted()) return radius_search<T>(X_, X_, eps, metric_, false, false);
-    return algorithms::unsort_graph(radius_search<T>(sorted.rows, sorted.rows, eps, metric_, false, false, sorted.feature),
-                                    sorted.order);
+    graph_.set(algorithms::sorted_self_graph<T>(sorted, X_,
+                                                [&](MatrixView<T> rows, Eigen::Index feature) {
+                                                  return radius_search<T>(rows, rows, eps, metric_, false, false, feature);
+                                                }),
+               X_.rows());
   }
-
-  std::vector<std::int64_t> components(const algorithms::RadiusResult<T>& hood, const std::vector<std::uint8_t>& core) {
-    return algorithms::union_find_roots(hood, core);
+  template <class W>
+  std::vector<std::uint8_t> core_samples(std::int64_t min_samples, const W* sample_weight) const {
+    return graph_.core_samples(min_samples, sample_weight);
   }
+  std::vector<std::int64_t> components(const std::vector<std::uint8_t>& core) const { return graph_.components(core); }
+  std::int64_t edges() const { return graph_.edges(); }
 
  private:
   MatrixView<T> X_;
   Metric metric_;
+  algorithms::HostNeighbourhoods<T> graph_;
 };
 
 }  // namespace gpuml::host

@@ -3,12 +3,14 @@
 // a core sample's root is the smallest core index of its component, a border sample's the smallest root among the
 // cores whose neighbourhood holds it.
 //
-// The neighbourhood graph goes to the device as it is (indices as uint32, converted while they are uploaded), cut
-// into pieces of at most one binding's edges, each with offsets local to it (so a row may span pieces). Labels start
-// as each core sample's own index; rounds of HOOK over every piece then JUMP twice run until a submission changes
-// nothing (several rounds per submission, so a typical graph needs two or three round trips); then BORDER. Limits:
-// fewer than 2^31 samples, the labels and one piece's offsets within one binding, the whole graph within the
-// device memory budget; beyond them gpuml::unsupported (the caller then runs the host's union-find).
+// The graph is either a host graph sent as it is (indices as uint32, converted while they are uploaded, cut into
+// pieces of at most one binding's edges, each with offsets local to it, so a row may span pieces), or a radius graph
+// already on the device (kernels::radius_self_graph, over rows in a sorted order: read in place, labels naming
+// original indices). Labels start as each core sample's own index; rounds of HOOK over every piece then JUMP twice
+// run until a submission changes nothing (several rounds per submission, so a typical graph needs two or three round
+// trips); then BORDER. Limits: fewer than 2^31 samples, the labels and one piece's offsets within one binding, the
+// whole graph within the device memory budget; beyond them gpuml::unsupported (the caller then runs the host's
+// union-find).
 #pragma once
 
 #include <gpuml/algorithms/dbscan.hpp>
@@ -16,6 +18,7 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/kernels/policy.hpp>
+#include <gpuml/kernels/radius.hpp>
 #include <gpuml/shaders/dbscan.h>
 #include <gpuml/shaders/dbscan_f32.hpp>
 #include <gpuml/vulkan/transfer.hpp>
@@ -45,33 +48,73 @@ namespace dbscan_detail {
 
 inline constexpr std::uint32_t kThreads = 256;
 
-inline vulkan::KernelRef make_kernel(vulkan::Device& device, std::uint32_t mode) {
+inline vulkan::KernelRef make_kernel(vulkan::Device& device, std::uint32_t mode, bool permuted) {
   namespace shader = shader_interface::dbscan;
   return device.kernel({vulkan::ShaderCode{shaders::dbscan_f32, std::size(shaders::dbscan_f32), "dbscan_f32"},
                         shader::kBindingCount, sizeof(shader::Push),
-                        spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kThreads}, {shader::kSpecMode, mode}})});
+                        spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kThreads},
+                                                            {shader::kSpecMode, mode},
+                                                            {shader::kSpecPermuted, permuted ? 1u : 0u}})});
 }
 
-/// One piece of the graph on the device: edges [first_edge, first_edge + edges) of rows [row0, row0 + rows).
+/// One piece of the graph on the device: `edges` edges of rows [row0, row0 + rows), offsets local to the piece;
+/// its buffers its own, or a device graph's (borrowed).
 struct Piece {
   std::uint64_t row0 = 0, rows = 0, edges = 0;
-  vulkan::Buffer offsets, indices;
+  vulkan::Buffer owned_offsets, owned_indices;
+  const vulkan::Buffer* borrowed_offsets = nullptr;
+  const vulkan::Buffer* borrowed_indices = nullptr;
+  const vulkan::Buffer& offsets() const { return borrowed_offsets ? *borrowed_offsets : owned_offsets; }
+  const vulkan::Buffer& indices() const { return borrowed_indices ? *borrowed_indices : owned_indices; }
 };
 
-}  // namespace dbscan_detail
+/// Pieces of at most `piece_edges` edges of the compressed rows (offsets[r], indices) whose row r is sample
+/// row_of[r] (rows increasing; consecutive samples between them have no edges), converted to uint32 while written.
+inline void add_pieces(vulkan::Device& device, std::vector<Piece>& pieces, const std::vector<std::int64_t>& offsets,
+                       const std::vector<std::int64_t>& indices, const std::vector<std::int64_t>* row_of,
+                       std::uint64_t piece_edges) {
+  const std::uint64_t total_edges = std::uint64_t(offsets.back());
+  auto sample = [&](std::uint64_t r) { return row_of ? std::uint64_t((*row_of)[r]) : r; };
+  for (std::uint64_t e0 = 0; e0 < total_edges; e0 += piece_edges) {
+    const std::uint64_t e1 = std::min(total_edges, e0 + piece_edges);
+    auto row_holding = [&](std::uint64_t e) {  // the last row whose offset is <= e
+      return std::uint64_t(std::upper_bound(offsets.begin(), offsets.end(), std::int64_t(e)) - offsets.begin()) - 1;
+    };
+    const std::uint64_t first = row_holding(e0), last = row_holding(e1 - 1);
+    Piece piece;
+    piece.row0 = sample(first);
+    piece.rows = sample(last) - piece.row0 + 1;
+    piece.edges = e1 - e0;
+    piece.owned_offsets = device.buffer((piece.rows + 1) * 4);
+    piece.owned_indices = device.buffer(piece.edges * 4);
+    // The piece's offset of sample row0 + k: that of the first listed row at or after it.
+    std::vector<std::uint32_t> local(std::size_t(piece.rows) + 1);
+    std::uint64_t r = first;
+    for (std::uint64_t k = 0; k <= piece.rows; ++k) {
+      while (r <= last && sample(r) < piece.row0 + k) ++r;
+      const std::int64_t off = r <= last ? offsets[std::size_t(r)] : std::int64_t(e1);
+      local[std::size_t(k)] = std::uint32_t(std::clamp<std::int64_t>(off - std::int64_t(e0), 0, std::int64_t(e1 - e0)));
+    }
+    vulkan::upload(device, piece.owned_offsets, 0, local.data(), local.size() * 4);
+    vulkan::upload_filled(device, piece.owned_indices, 0, piece.edges * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
+      auto* out = static_cast<std::uint32_t*>(to);
+      const std::int64_t* from = indices.data() + e0 + begin / 4;
+      parallel_chunks(std::int64_t(bytes / 4), 1 << 18, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+        for (std::int64_t k = b; k < e; ++k) out[k] = std::uint32_t(from[k]);
+      });
+    });
+    pieces.push_back(std::move(piece));
+  }
+}
 
-/// Component roots (algorithms::union_find_roots' contract) of the core samples `core` over the neighbourhoods
-/// `hood` (checked by the caller: n rows of increasing indices in [0, n)), computed on `device`.
-template <class T>
-std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algorithms::RadiusResult<T>& hood,
-                                            const std::vector<std::uint8_t>& core,
-                                            const DbscanComponentsOptions& options = {},
-                                            DbscanComponentsStats* stats = nullptr) {
+/// HOOK and JUMP rounds over `pieces` until a submission changes nothing, then BORDER; returns the labels as the
+/// kernel leaves them. `labels` holds the start (core: its own label, else kNoRoot); `position` (PERMUTED: labels
+/// name original indices) or null.
+inline std::vector<std::uint32_t> run_components(vulkan::Device& device, const std::vector<Piece>& pieces,
+                                                 const vulkan::Buffer& labels, std::uint64_t n,
+                                                 const vulkan::Buffer* position, const DbscanComponentsOptions& options,
+                                                 DbscanComponentsStats& st) {
   namespace shader = shader_interface::dbscan;
-  using detail_piece = dbscan_detail::Piece;
-  DbscanComponentsStats local_stats;
-  DbscanComponentsStats& st = stats ? *stats : local_stats;
-  st = DbscanComponentsStats{};
   using Clock = std::chrono::steady_clock;
   auto phase = Clock::now();
   auto lap = [&phase] {
@@ -80,84 +123,29 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
     phase = now;
     return s;
   };
-  const std::int64_t n = std::int64_t(core.size());
-  if (std::int64_t(hood.offsets.size()) != n + 1) throw invalid_input("DBSCAN components: offsets do not match the samples");
-  std::vector<std::int64_t> roots(std::size_t(n), -1);
-  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; })) return roots;
-  if (std::uint64_t(n) >= shader::kNotCore)
-    throw unsupported("DBSCAN's components on a Vulkan device support at most 2^31 - 1 samples");
-
   const auto& info = device.info();
-  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-  if (std::uint64_t(n + 1) * 4 > max_bytes)
-    throw unsupported("DBSCAN's components: the labels of " + std::to_string(n) + " samples exceed one device binding");
-  const std::uint64_t total_edges = std::uint64_t(hood.offsets.back());
-  if (const std::uint64_t budget = device_memory_budget(info); budget && 4 * total_edges + 12 * std::uint64_t(n) > budget)
-    throw unsupported("DBSCAN's components: the neighbourhood graph (" + std::to_string(total_edges) +
-                      " edges) exceeds the device memory budget");
-  std::uint64_t piece_edges = max_bytes / 4;
-  if (options.max_piece_edges) piece_edges = std::min(piece_edges, options.max_piece_edges);
-
-  // The pieces: offsets local to each, indices converted to uint32 as they are written to the device.
-  std::vector<detail_piece> pieces;
-  for (std::uint64_t e0 = 0; e0 < total_edges; e0 += piece_edges) {
-    const std::uint64_t e1 = std::min(total_edges, e0 + piece_edges);
-    auto row_holding = [&](std::uint64_t e) {  // the last row whose offset is <= e
-      return std::uint64_t(std::upper_bound(hood.offsets.begin(), hood.offsets.end(), std::int64_t(e)) - hood.offsets.begin()) - 1;
-    };
-    detail_piece piece;
-    piece.row0 = row_holding(e0);
-    piece.rows = row_holding(e1 - 1) - piece.row0 + 1;
-    piece.edges = e1 - e0;
-    piece.offsets = device.buffer((piece.rows + 1) * 4);
-    piece.indices = device.buffer(piece.edges * 4);
-    vulkan::upload_filled(device, piece.offsets, 0, (piece.rows + 1) * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
-      auto* out = static_cast<std::uint32_t*>(to);
-      parallel_chunks(std::int64_t(bytes / 4), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-        for (std::int64_t k = b; k < e; ++k) {
-          const std::int64_t off = hood.offsets[std::size_t(piece.row0 + begin / 4 + std::uint64_t(k))];
-          out[k] = std::uint32_t(std::clamp<std::int64_t>(off - std::int64_t(e0), 0, std::int64_t(e1 - e0)));
-        }
-      });
-    });
-    vulkan::upload_filled(device, piece.indices, 0, piece.edges * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
-      auto* out = static_cast<std::uint32_t*>(to);
-      const std::int64_t* from = hood.indices.data() + e0 + begin / 4;
-      parallel_chunks(std::int64_t(bytes / 4), 1 << 18, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-        for (std::int64_t k = b; k < e; ++k) out[k] = std::uint32_t(from[k]);
-      });
-    });
-    pieces.push_back(std::move(piece));
-  }
+  const bool permuted = position != nullptr;
+  vulkan::Buffer changed = device.buffer(16, vulkan::MemoryUse::readback);
+  vulkan::Buffer no_position = permuted ? vulkan::Buffer() : device.buffer(16);
+  const vulkan::Buffer& positions = permuted ? *position : no_position;
+  const vulkan::KernelRef hook = make_kernel(device, shader::kModeHook, permuted);
+  const vulkan::KernelRef jump = make_kernel(device, shader::kModeJump, permuted);
+  const vulkan::KernelRef border = make_kernel(device, shader::kModeBorder, permuted);
   st.pieces = pieces.size();
 
-  vulkan::Buffer labels = device.buffer(std::uint64_t(n) * 4);
-  vulkan::upload_filled(device, labels, 0, std::uint64_t(n) * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
-    auto* out = static_cast<std::uint32_t*>(to);
-    const std::int64_t first = std::int64_t(begin / 4);
-    parallel_chunks(std::int64_t(bytes / 4), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-      for (std::int64_t k = b; k < e; ++k)
-        out[k] = core[std::size_t(first + k)] ? std::uint32_t(first + k) : shader::kNoRoot;
-    });
-  });
-  vulkan::Buffer changed = device.buffer(16, vulkan::MemoryUse::readback);
-  const vulkan::KernelRef hook = dbscan_detail::make_kernel(device, shader::kModeHook);
-  const vulkan::KernelRef jump = dbscan_detail::make_kernel(device, shader::kModeJump);
-  const vulkan::KernelRef border = dbscan_detail::make_kernel(device, shader::kModeBorder);
-  st.upload_seconds = lap();
-
-  auto record = [&](vulkan::Commands& cmds, const vulkan::KernelRef& kernel, const detail_piece* piece) {
-    const std::uint64_t items = piece ? piece->edges : std::uint64_t(n);
-    const std::uint64_t groups = ceil_div(items, dbscan_detail::kThreads);
+  auto record = [&](vulkan::Commands& cmds, const vulkan::KernelRef& kernel, const Piece* piece) {
+    const std::uint64_t items = piece ? piece->edges : n;
+    const std::uint64_t groups = ceil_div(items, kThreads);
     const std::uint64_t gx = std::min<std::uint64_t>(groups, info.max_workgroup_count[0]);
     const std::uint64_t gy = ceil_div(groups, gx);
     if (gy > info.max_workgroup_count[1]) throw unsupported("DBSCAN's components: a piece exceeds the dispatch grid");
-    const detail_piece& bound = piece ? *piece : pieces.front();
+    const Piece& bound = piece ? *piece : pieces.front();
     const shader::Push push{.n = std::uint32_t(n), .row0 = std::uint32_t(bound.row0), .rows = std::uint32_t(bound.rows),
                             .edges = std::uint32_t(bound.edges)};
     cmds.dispatch(kernel,
-                  {{shader::kBindingLabels, labels}, {shader::kBindingOffsets, bound.offsets},
-                   {shader::kBindingIndices, bound.indices}, {shader::kBindingChanged, changed}},
+                  {{shader::kBindingLabels, labels}, {shader::kBindingOffsets, bound.offsets()},
+                   {shader::kBindingIndices, bound.indices()}, {shader::kBindingChanged, changed},
+                   {shader::kBindingPosition, positions}},
                   push, std::uint32_t(gx), std::uint32_t(gy));
     cmds.barrier();
   };
@@ -166,7 +154,7 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
   // the bound only guards against a defect.
   const std::uint32_t per_submit = std::max<std::uint32_t>(1, options.rounds_per_submit);
   for (;;) {
-    if (st.rounds > std::uint64_t(n) + 2 * per_submit) throw error("DBSCAN's components did not converge on " + info.name);
+    if (st.rounds > n + 2 * per_submit) throw error("DBSCAN's components did not converge on " + info.name);
     vulkan::Commands cmds(device);
     cmds.fill(changed, 0, 16, 0u);
     cmds.barrier();
@@ -188,13 +176,118 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
   }
   std::vector<std::uint32_t> found(static_cast<std::size_t>(n));
   vulkan::download(device, labels, 0, found.data(), std::size_t(n) * 4);
+  st.finish_seconds = lap();
+  return found;
+}
+
+/// Limits every components run shares: fewer than 2^31 samples, their labels within one binding.
+inline std::uint64_t max_piece_edges(const vulkan::Device& device, std::uint64_t n, const DbscanComponentsOptions& options) {
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  if (n >= shader_interface::dbscan::kNotCore)
+    throw unsupported("DBSCAN's components on a Vulkan device support at most 2^31 - 1 samples");
+  if ((n + 1) * 4 > max_bytes)
+    throw unsupported("DBSCAN's components: the labels of " + std::to_string(n) + " samples exceed one device binding");
+  return options.max_piece_edges ? std::min(max_bytes / 4, options.max_piece_edges) : max_bytes / 4;
+}
+
+}  // namespace dbscan_detail
+
+/// Component roots (algorithms::union_find_roots' contract) of the core samples `core` over the neighbourhoods
+/// `hood` (checked by the caller: n rows of increasing indices in [0, n)), computed on `device`. The graph goes to
+/// the device as it is, cut into pieces of at most one binding's edges.
+template <class T>
+std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algorithms::RadiusResult<T>& hood,
+                                            const std::vector<std::uint8_t>& core,
+                                            const DbscanComponentsOptions& options = {},
+                                            DbscanComponentsStats* stats = nullptr) {
+  namespace shader = shader_interface::dbscan;
+  DbscanComponentsStats local_stats;
+  DbscanComponentsStats& st = stats ? *stats : local_stats;
+  st = DbscanComponentsStats{};
+  const auto started = std::chrono::steady_clock::now();
+  const std::int64_t n = std::int64_t(core.size());
+  if (std::int64_t(hood.offsets.size()) != n + 1) throw invalid_input("DBSCAN components: offsets do not match the samples");
+  std::vector<std::int64_t> roots(std::size_t(n), -1);
+  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; })) return roots;
+  const std::uint64_t piece_edges = dbscan_detail::max_piece_edges(device, std::uint64_t(n), options);
+  const std::uint64_t total_edges = std::uint64_t(hood.offsets.back());
+  if (const std::uint64_t budget = device_memory_budget(device.info()); budget && 4 * total_edges + 12 * std::uint64_t(n) > budget)
+    throw unsupported("DBSCAN's components: the neighbourhood graph (" + std::to_string(total_edges) +
+                      " edges) exceeds the device memory budget");
+  std::vector<dbscan_detail::Piece> pieces;
+  dbscan_detail::add_pieces(device, pieces, hood.offsets, hood.indices, nullptr, piece_edges);
+  vulkan::Buffer labels = device.buffer(std::uint64_t(n) * 4);
+  vulkan::upload_filled(device, labels, 0, std::uint64_t(n) * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
+    auto* out = static_cast<std::uint32_t*>(to);
+    const std::int64_t first = std::int64_t(begin / 4);
+    parallel_chunks(std::int64_t(bytes / 4), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k)
+        out[k] = core[std::size_t(first + k)] ? std::uint32_t(first + k) : shader::kNoRoot;
+    });
+  });
+  st.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::vector<std::uint32_t> found = dbscan_detail::run_components(device, pieces, labels, std::uint64_t(n), nullptr, options, st);
   parallel_chunks(n, 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
       const std::uint32_t l = found[std::size_t(i)];
       roots[std::size_t(i)] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
     }
   });
-  st.finish_seconds = lap();
+  return roots;
+}
+
+/// Component roots in X's order (algorithms::union_find_roots' contract) of a radius graph left on the device by
+/// radius_self_graph over rows in a sorted order (`order[s]`: the original row at position s), whose core samples
+/// are `core` (by position): the FILL output read in place (its uncertain pairs skipped), the rows that had them as
+/// a piece of their own, labels naming original indices so that each component's root is its smallest original
+/// index. Nothing but the labels goes back to the host.
+inline std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const RadiusDeviceGraph& graph,
+                                                   const std::vector<std::uint8_t>& core,
+                                                   const std::vector<std::int64_t>& order,
+                                                   const DbscanComponentsOptions& options = {},
+                                                   DbscanComponentsStats* stats = nullptr) {
+  namespace shader = shader_interface::dbscan;
+  DbscanComponentsStats local_stats;
+  DbscanComponentsStats& st = stats ? *stats : local_stats;
+  st = DbscanComponentsStats{};
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t n = graph.rows;
+  if (core.size() != n || order.size() != n) throw invalid_input("DBSCAN components: core flags or order do not match the graph");
+  std::vector<std::int64_t> roots(n, -1);
+  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; })) return roots;
+  const std::uint64_t piece_edges = dbscan_detail::max_piece_edges(device, n, options);
+  if (graph.pairs > piece_edges) throw unsupported("DBSCAN's components: the device graph exceeds one piece");
+  std::vector<dbscan_detail::Piece> pieces;
+  if (graph.pairs > 0) {
+    dbscan_detail::Piece whole;
+    whole.row0 = 0;
+    whole.rows = n;
+    whole.edges = graph.pairs;
+    whole.borrowed_offsets = &graph.row_offsets;
+    whole.borrowed_indices = &graph.found;
+    pieces.push_back(std::move(whole));
+  }
+  if (!graph.resolved_rows.empty())
+    dbscan_detail::add_pieces(device, pieces, graph.resolved_offsets, graph.resolved_indices, &graph.resolved_rows, piece_edges);
+  if (pieces.empty()) throw error("DBSCAN's components: core samples without neighbourhoods");  // each has itself
+  vulkan::Buffer labels = device.buffer(n * 4), position = device.buffer(n * 4);
+  vulkan::upload_filled(device, labels, 0, n * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
+    auto* out = static_cast<std::uint32_t*>(to);
+    const std::size_t first = begin / 4;
+    for (std::size_t k = 0; k < bytes / 4; ++k)
+      out[k] = core[first + k] ? std::uint32_t(order[first + k]) : shader::kNoRoot;
+  });
+  std::vector<std::uint32_t> at(n);
+  for (std::uint64_t s = 0; s < n; ++s) at[std::size_t(order[s])] = std::uint32_t(s);
+  vulkan::upload(device, position, 0, at.data(), n * 4);
+  st.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::vector<std::uint32_t> found = dbscan_detail::run_components(device, pieces, labels, n, &position, options, st);
+  parallel_chunks(std::int64_t(n), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s) {
+      const std::uint32_t l = found[std::size_t(s)];
+      roots[std::size_t(order[std::size_t(s)])] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
+    }
+  });
   return roots;
 }
 

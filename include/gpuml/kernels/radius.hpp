@@ -128,6 +128,28 @@ inline void ensure(vulkan::Device& device, vulkan::Buffer& b, std::uint64_t byte
   if (b.size() < bytes) b = device.buffer(bytes, use);
 }
 
+/// How a database block of up to `block_rows` rows is split among workgroups (y of the grid): on CPU devices at most
+/// 16 tile steps of 16 features per invocation (llvmpipe's loop limit); on GPUs more splits where few query tiles
+/// would leave a large GPU idle (at least 16 tiles each, about 1024 workgroups).
+struct SplitRule {
+  bool cpu;
+  std::uint64_t BM, BN, min_split, max_splits;
+  SplitRule(const vulkan::DeviceInfo& info, const RadiusTile& tile, std::uint64_t d, std::uint64_t block_rows)
+      : cpu(info.type == vulkan::DeviceType::cpu), BM(tile.block_queries()), BN(tile.block_rows()),
+        min_split(cpu ? std::max<std::uint64_t>(1, 16 / ceil_div(d, 16)) * BN : 16 * BN),
+        max_splits(std::min<std::uint64_t>(info.max_workgroup_count[1],
+                                           cpu ? ceil_div(block_rows, min_split)
+                                               : std::min<std::uint64_t>(ceil_div(block_rows, min_split), 1024))) {}
+  /// Rows per split (a multiple of the tile) for mb queries against `rows` rows.
+  std::uint64_t rows_per_split(std::uint64_t mb, std::uint64_t rows) const {
+    std::uint64_t splits = cpu ? ceil_div(rows, min_split) : std::min(ceil_div(rows, min_split), ceil_div(1024, ceil_div(mb, BM)));
+    splits = std::clamp<std::uint64_t>(splits, 1, max_splits);
+    return ceil_div(ceil_div(rows, splits), BN) * BN;
+  }
+  /// The most splits a batch's counts must hold per query.
+  std::uint64_t count_splits() const { return cpu ? max_splits : 1; }
+};
+
 /// One block's pairs for a run of queries: query i's are found[offsets[i] .. offsets[i + 1]) (global row indices,
 /// kUncertain set on uncertain ones, in no particular order).
 struct BlockPairs {
@@ -171,7 +193,7 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   const algorithms::RadiusBand<T> band = algorithms::radius_band<T>(radius, metric, d);
 
   // The cut: database blocks (resident, or uploaded one at a time), query batches, splits per block.
-  const std::uint64_t s = sizeof(T), BM = tile.block_queries(), BN = tile.block_rows();
+  const std::uint64_t s = sizeof(T), BM = tile.block_queries();
   const bool cpu = info.type == vulkan::DeviceType::cpu;
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : knn_detail::database_block_rows<T>(device, n, d);
   const std::uint64_t n_blocks = resident ? resident->blocks().size() : ceil_div(std::uint64_t(n), nb_max);
@@ -179,19 +201,11 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   const std::uint64_t budget = device_memory_budget(info);
   if (d * s > max_bytes)
     throw unsupported("radius search: one row (" + std::to_string(d * s) + " bytes) exceeds the device's largest buffer binding");
-  // Splits of a block: one, or on CPU devices at most 16 tile steps of 16 features per invocation (llvmpipe's loop
-  // limit); more where few query tiles would leave a large GPU idle (at least 16 tiles each, about 1024 workgroups).
-  const std::uint64_t min_split = cpu ? std::max<std::uint64_t>(1, 16 / ceil_div(std::uint64_t(d), 16)) * BN : 16 * BN;
-  const std::uint64_t max_splits = std::min<std::uint64_t>(
-      info.max_workgroup_count[1], cpu ? ceil_div(nb_max, min_split) : std::min<std::uint64_t>(ceil_div(nb_max, min_split), 1024));
-  auto split_rows_for = [&](std::uint64_t mb, std::uint64_t rows) {
-    std::uint64_t splits = cpu ? ceil_div(rows, min_split) : std::min(ceil_div(rows, min_split), ceil_div(1024, ceil_div(mb, BM)));
-    splits = std::clamp<std::uint64_t>(splits, 1, max_splits);
-    return ceil_div(ceil_div(rows, splits), BN) * BN;
-  };
+  const radius_detail::SplitRule split_rule(info, tile, std::uint64_t(d), nb_max);
+  auto split_rows_for = [&](std::uint64_t mb, std::uint64_t rows) { return split_rule.rows_per_split(mb, rows); };
   // Query batches: the queries and the counts (per query and split, at most max_splits on CPU devices, else at
   // most 1024 x 128 queries in all) within one binding and an eighth of the memory, the grid within its x limit.
-  const std::uint64_t count_splits = cpu ? max_splits : 1;
+  const std::uint64_t count_splits = split_rule.count_splits();
   std::uint64_t batch = std::min<std::uint64_t>(std::uint64_t(std::max<Index>(m, 1)), max_bytes / (d * s));
   batch = std::min<std::uint64_t>(batch, std::uint64_t(info.max_workgroup_count[0]) * BM);
   batch = std::min<std::uint64_t>(batch, max_bytes / (8 * count_splits));
@@ -431,6 +445,216 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   }
   st.finish_seconds = since(finish_started);
   return result;
+}
+
+/// A radius graph of rows with themselves left on the device (DBSCAN's components read it there): every row's
+/// pairs as the FILL pass wrote them, with the exact neighbourhood sizes and, for the few rows that had uncertain
+/// pairs, their whole exact lists decided on the host.
+struct RadiusDeviceGraph {
+  std::uint64_t rows = 0, pairs = 0;
+  /// Per row, contiguous from row_offsets[i]: its pairs' row indices in no particular order, kUncertain set on the
+  /// uncertain ones (which a reader skips: `resolved` holds those rows whole).
+  vulkan::Buffer found;
+  vulkan::Buffer row_offsets;             ///< rows + 1 uint32 offsets into found
+  std::vector<std::int64_t> counts;       ///< per row: its exact neighbourhood size (itself included where within)
+  /// The rows that had uncertain pairs (increasing) and, as compressed rows in that order, each one's every exact
+  /// neighbour (increasing).
+  std::vector<std::int64_t> resolved_rows, resolved_offsets, resolved_indices;
+};
+
+/// The radius graph of X with itself (each row its own query) on `device`, with host::radius_search's
+/// neighbourhoods: a COUNT pass, offsets on the host, a FILL pass into one device buffer, nothing read back but the
+/// counts; rows with uncertain pairs are then scanned whole on the host by the exact function (within their window
+/// when the rows are sorted). `options.sorted_feature` as radius_search's; `options.max_batch_queries` cuts the
+/// queries (tests). Throws gpuml::unsupported where the rows exceed one database block, the pairs one binding or
+/// the memory budget, or uncertain rows would make the host's scan long (callers then use radius_search).
+template <class T>
+RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, double radius, Metric metric,
+                                    const RadiusSearchOptions& options = {}, RadiusSearchStats* stats = nullptr) {
+  static_assert(is_supported_scalar<T>, "gpuml supports float and double");
+  namespace shader = radius_interface;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const std::uint64_t n = std::uint64_t(X.rows()), d = std::uint64_t(X.cols()), s = sizeof(T);
+  if (n == 0 || d == 0) throw invalid_input("radius search: the database is empty");
+  if (!(radius >= 0) || std::isnan(radius)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
+  radius_detail::metric_code(metric);
+  if (n >= shader::kUncertain) throw unsupported("radius search on a Vulkan device supports at most 2^31 - 1 database rows");
+  require_scalar_support<T>(device);
+  const auto& info = device.info();
+  const RadiusTile tile = RadiusTile::for_features<T>(d);
+  if (auto why = workgroup_misfit(info, tile.wx, tile.wy, tile.shared_bytes<T>()); !why.empty())
+    throw unsupported("the radius kernel's tile cannot run on " + info.name + ": " + why);
+  if (n > knn_detail::database_block_rows<T>(device, n, d))
+    throw unsupported("radius graph on the device: the rows exceed one database block");
+  RadiusSearchStats local_stats;
+  RadiusSearchStats& st = stats ? *stats : local_stats;
+  st = RadiusSearchStats{};
+  st.database_blocks = 1;
+  const T r = algorithms::radius_in<T>(radius);
+  const algorithms::RadiusBand<T> band = algorithms::radius_band<T>(radius, metric, std::int64_t(d));
+  const bool cpu = info.type == vulkan::DeviceType::cpu;
+  const std::uint64_t BM = tile.block_queries();
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+  const std::uint64_t budget = device_memory_budget(info);
+  const radius_detail::SplitRule split_rule(info, tile, d, n);
+  std::uint64_t batch = std::min<std::uint64_t>(n, std::uint64_t(info.max_workgroup_count[0]) * BM);
+  batch = std::min<std::uint64_t>(batch, max_bytes / (8 * split_rule.count_splits()));
+  if (budget) batch = std::min<std::uint64_t>(batch, std::max<std::uint64_t>(1, budget / 8 / (8 * split_rule.count_splits())));
+  if (options.max_batch_queries) batch = std::min(batch, options.max_batch_queries);
+  batch = std::max<std::uint64_t>(1, batch);
+
+  auto started = Clock::now();
+  std::vector<std::uint32_t> windows;
+  if (options.sorted_feature >= Eigen::Index(d))
+    throw invalid_input("radius search: sorted_feature " + std::to_string(options.sorted_feature) + " of " + std::to_string(d) + " features");
+  if (options.sorted_feature >= 0) {
+    const double reach = algorithms::radius_reach<T>(radius, metric, std::int64_t(d), algorithms::feature_scale(X, X, options.sorted_feature));
+    if (!std::isinf(reach)) {
+      const std::vector<std::int64_t> w = algorithms::sorted_windows(X, X, options.sorted_feature, reach);
+      windows.assign(w.begin(), w.end());
+    }
+  }
+  const bool windowed = !windows.empty();
+  const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu, windowed);
+  const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu, windowed);
+  const typename KnnDatabase<T>::Block block = KnnDatabase<T>::upload_block(device, X, 0, n);
+  vulkan::Buffer window_buf = device.buffer(std::max<std::uint64_t>(windowed ? n * 8 : 16, 16));
+  if (windowed) vulkan::upload(device, window_buf, 0, windows.data(), n * 8);
+  vulkan::Buffer band_buf = device.buffer(2 * s);
+  const T band_values[2] = {band.lo, band.hi};
+  vulkan::upload(device, band_buf, 0, band_values, 2 * s);
+  vulkan::Buffer counts = device.buffer(std::max<std::uint64_t>(8 * batch * split_rule.count_splits(), 16));
+  vulkan::Buffer status = device.buffer(16, vulkan::MemoryUse::readback);
+  RadiusDeviceGraph graph;
+  graph.rows = n;
+
+  auto dispatch = [&](const vulkan::KernelRef& kernel, const vulkan::Buffer& found, std::uint64_t q0, std::uint64_t mb,
+                      std::uint64_t rows_per_split, std::uint64_t splits) {
+    vulkan::Commands cmds(device);
+    if (cpu) {
+      cmds.fill(status, 0, 16, 0u);
+      cmds.barrier();
+    }
+    const shader::Push push{.q0 = std::uint32_t(q0), .m = std::uint32_t(mb), .n = std::uint32_t(n), .d = std::uint32_t(d),
+                            .base = 0, .split_rows = std::uint32_t(rows_per_split), .splits = std::uint32_t(splits)};
+    cmds.dispatch(kernel,
+                  {{shader::kBindingQueries, block.x}, {shader::kBindingRows, block.x}, {shader::kBindingQueryNorms, block.norms},
+                   {shader::kBindingRowNorms, block.norms}, {shader::kBindingBand, band_buf}, {shader::kBindingCounts, counts},
+                   {shader::kBindingFound, found}, {shader::kBindingStatus, status}, {shader::kBindingWindows, window_buf}},
+                  push, static_cast<std::uint32_t>(ceil_div(mb, BM)), static_cast<std::uint32_t>(splits));
+    cmds.host_barrier();
+    cmds.submit_and_wait();
+    if (cpu && *static_cast<const std::uint32_t*>(status.mapped()) != 0)
+      throw unsupported(info.name + " cut the radius kernel short (llvmpipe's limit of 65535 loop iterations per "
+                        "invocation) for d=" + std::to_string(d));
+  };
+
+  // COUNT, batch by batch; every (query, split) count kept for FILL's offsets.
+  struct Batch {
+    std::uint64_t q0, mb, rows_per_split, splits;
+    std::vector<std::uint32_t> counts;
+  };
+  std::vector<Batch> batches;
+  std::uint64_t kept_bytes = 0;
+  graph.counts.assign(n, 0);
+  std::vector<std::uint32_t> uncertain(n, 0);
+  std::vector<std::uint64_t> offsets(n + 1, 0);
+  for (std::uint64_t q0 = 0; q0 < n; q0 += batch) {
+    Batch b{q0, std::min(batch, n - q0), 0, 0, {}};
+    b.rows_per_split = split_rule.rows_per_split(b.mb, n);
+    b.splits = ceil_div(n, b.rows_per_split);
+    kept_bytes += 8 * b.mb * b.splits;
+    if (kept_bytes > (std::uint64_t(1) << 29)) throw unsupported("radius graph on the device: too many (query, split) counts to keep");
+    dispatch(count_kernel, counts, b.q0, b.mb, b.rows_per_split, b.splits);
+    b.counts.resize(2 * b.mb * b.splits);
+    vulkan::download(device, counts, 0, b.counts.data(), b.counts.size() * 4);
+    for (std::uint64_t q = 0; q < b.mb; ++q) {
+      std::uint64_t in = 0, unsure = 0;
+      for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
+        in += b.counts[2 * (q * b.splits + sp)];
+        unsure += b.counts[2 * (q * b.splits + sp) + 1];
+      }
+      graph.counts[b.q0 + q] = std::int64_t(in);
+      uncertain[b.q0 + q] = std::uint32_t(unsure);
+      offsets[b.q0 + q + 1] = in + unsure;
+      st.certain += in;
+      st.uncertain += unsure;
+    }
+    batches.push_back(std::move(b));
+    ++st.batches;
+  }
+  for (std::uint64_t i = 0; i < n; ++i) offsets[i + 1] += offsets[i];
+  graph.pairs = offsets[n];
+  if (graph.pairs * 4 > max_bytes || (budget && graph.pairs * 4 > budget / 2))
+    throw unsupported("radius graph on the device: " + std::to_string(graph.pairs) + " pairs exceed one binding or the memory budget");
+  st.count_seconds = since(started);
+
+  // FILL, batch by batch, into the one buffer at each (query, split)'s offset.
+  started = Clock::now();
+  graph.found = device.buffer(std::max<std::uint64_t>(graph.pairs * 4, 16));
+  std::vector<std::uint32_t> fill_offsets;
+  for (const Batch& b : batches) {
+    fill_offsets.clear();
+    for (std::uint64_t q = 0; q < b.mb; ++q) {
+      std::uint64_t at = offsets[b.q0 + q];
+      for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
+        fill_offsets.push_back(std::uint32_t(at));
+        at += std::uint64_t(b.counts[2 * (q * b.splits + sp)]) + b.counts[2 * (q * b.splits + sp) + 1];
+      }
+    }
+    vulkan::upload(device, counts, 0, fill_offsets.data(), fill_offsets.size() * 4);
+    dispatch(fill_kernel, graph.found, b.q0, b.mb, b.rows_per_split, b.splits);
+    ++st.fills;
+  }
+  graph.row_offsets = device.buffer((n + 1) * 4);
+  vulkan::upload_filled(device, graph.row_offsets, 0, (n + 1) * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
+    auto* out = static_cast<std::uint32_t*>(to);
+    for (std::size_t k = 0; k < bytes / 4; ++k) out[k] = std::uint32_t(offsets[begin / 4 + k]);
+  });
+  st.fill_seconds = since(started);
+
+  // Rows with uncertain pairs: their whole neighbourhood by the exact function, over their window (or every row).
+  started = Clock::now();
+  std::uint64_t scan = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (!uncertain[i]) continue;
+    graph.resolved_rows.push_back(std::int64_t(i));
+    scan += windowed ? windows[2 * i + 1] - windows[2 * i] : n;
+  }
+  if (scan > 64 * n + (std::uint64_t(1) << 24))
+    throw unsupported("radius graph on the device: " + std::to_string(graph.resolved_rows.size()) +
+                      " rows with pairs at the radius's rounding would make a long exact scan");
+  std::vector<T> norms;
+  if (metric == Metric::cosine) {
+    norms.resize(n);
+    parallel_chunks(std::int64_t(n), 4096, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t j = b; j < e; ++j) norms[std::size_t(j)] = algorithms::dot_fixed(X.row(j).data(), X.row(j).data(), std::int64_t(d));
+    });
+  }
+  const std::int64_t resolved = std::int64_t(graph.resolved_rows.size());
+  std::vector<std::vector<std::int64_t>> lists{std::size_t(resolved)};
+  parallel_chunks(resolved, 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t k = b; k < e; ++k) {
+      const std::uint64_t i = std::uint64_t(graph.resolved_rows[std::size_t(k)]);
+      const std::uint64_t j0 = windowed ? windows[2 * i] : 0, j1 = windowed ? windows[2 * i + 1] : n;
+      const T ni = norms.empty() ? T(0) : norms[i];
+      auto& list = lists[std::size_t(k)];
+      for (std::uint64_t j = j0; j < j1; ++j)
+        if (algorithms::radius_distance(X.row(Eigen::Index(i)).data(), X.row(Eigen::Index(j)).data(), std::int64_t(d), metric, ni,
+                                        norms.empty() ? T(0) : norms[j]) <= r)
+          list.push_back(std::int64_t(j));
+      graph.counts[i] = std::int64_t(list.size());
+    }
+  });
+  graph.resolved_offsets.assign(std::size_t(resolved) + 1, 0);
+  for (std::int64_t k = 0; k < resolved; ++k) {
+    const auto& list = lists[std::size_t(k)];
+    graph.resolved_offsets[std::size_t(k) + 1] = graph.resolved_offsets[std::size_t(k)] + std::int64_t(list.size());
+    graph.resolved_indices.insert(graph.resolved_indices.end(), list.begin(), list.end());
+  }
+  st.finish_seconds = since(started);
+  return graph;
 }
 
 }  // namespace gpuml::kernels
