@@ -152,7 +152,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     if (!stats.graph_on_host_because.empty()) j["graph_on_host_because"] = stats.graph_on_host_because;
     if (stats.graph_on_device)
       j["graph_kernel"] = {{"certain", stats.search.certain}, {"uncertain", stats.search.uncertain},
-                           {"count_seconds", stats.search.count_seconds}, {"fill_seconds", stats.search.fill_seconds},
+                           {"setup_seconds", stats.search.setup_seconds}, {"count_seconds", stats.search.count_seconds}, {"fill_seconds", stats.search.fill_seconds},
                            {"resolve_seconds", stats.search.finish_seconds}};
     j["components_on"] = stats.components_on_device ? "device" : "host";
     if (stats.components_on_device)

@@ -270,6 +270,46 @@ TYPED_TEST(Radius, GraphOverSortedRowsMapsBackToTheOriginalGraph) {
   }
 }
 
+// The threaded radix sort and windows on many chunks: the order std::stable_sort gives (negative values, -0 and +0
+// together, many equal values in index order), and each window the first row at or above q - reach and the first
+// beyond q + reach, as a plain sweep finds them.
+TYPED_TEST(Radius, SortAndWindowsOverManyChunksAreThePlainOnes) {
+  using T = TypeParam;
+  const Eigen::Index n = 200003;
+  std::mt19937_64 rng(test_seed() + 91);
+  std::uniform_int_distribution<int> v(-3000, 3000);
+  Matrix<T> X(n, 2);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    X(i, 0) = T(v(rng)) / T(7);
+    X(i, 1) = T(i % 5 == 0 ? -0.0 : 0.0);
+  }
+  for (const Eigen::Index f : {Eigen::Index(0), Eigen::Index(1)}) {
+    std::vector<std::int64_t> want(std::size_t(n), 0);
+    for (Eigen::Index i = 0; i < n; ++i) want[std::size_t(i)] = i;
+    std::stable_sort(want.begin(), want.end(), [&](std::int64_t a, std::int64_t b) { return X(a, f) < X(b, f); });
+    ASSERT_EQ(gpuml::algorithms::rows_sorted_by<T>(X, f), want) << "feature " << f;
+  }
+  const Matrix<T> S = sorted_by<T>(X, 0);
+  const double reach = 1.5;
+  const auto w = gpuml::algorithms::sorted_windows<T>(S, S, 0, reach);
+  std::int64_t lo = 0, hi = 0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double q = double(S(i, 0));
+    while (lo < n && double(S(lo, 0)) < q - reach) ++lo;
+    while (hi < n && double(S(hi, 0)) <= q + reach) ++hi;
+    ASSERT_EQ(w[std::size_t(2 * i)], lo) << i;
+    ASSERT_EQ(w[std::size_t(2 * i + 1)], hi) << i;
+  }
+  Matrix<T> unsorted = S;
+  std::swap(unsorted(0, 0), unsorted(n - 1, 0));  // the smallest and largest values: unsorted at both ends
+  EXPECT_THROW(gpuml::algorithms::sorted_windows<T>(unsorted, S, 0, reach), gpuml::invalid_input);
+  EXPECT_THROW(gpuml::algorithms::sorted_windows<T>(S, unsorted, 0, reach), gpuml::invalid_input);
+  EXPECT_EQ(gpuml::algorithms::widest_feature<T>(X), 0);
+  double largest = 0;
+  for (Eigen::Index i = 0; i < n; ++i) largest = std::max(largest, std::abs(double(X(i, 0))));
+  EXPECT_EQ(gpuml::algorithms::feature_scale<T>(X, S, 0), largest);
+}
+
 // The graph DBSCAN keeps on the device (radius_self_graph): read back here, each row's certain pairs (a row without
 // uncertain ones) or its resolved list (a row with them) is the host's neighbourhood as a set, and the counts are
 // its sizes; every metric, sorted rows with windows and unsorted, whole batches and batches of 7, at a radius with

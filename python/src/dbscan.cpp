@@ -32,6 +32,7 @@ nb::dict fit_stats(const gpuml::DBSCANFitStats& s) {
   stats["n_edges"] = s.n_edges;
   stats["graph_on"] = s.graph_on_device ? "device" : "host";
   stats["graph_on_host_because"] = s.graph_on_host_because;
+  stats["graph_setup_seconds"] = s.search.setup_seconds;
   stats["graph_count_seconds"] = s.search.count_seconds;
   stats["graph_fill_seconds"] = s.search.fill_seconds;
   stats["graph_resolve_seconds"] = s.search.finish_seconds;

@@ -131,10 +131,19 @@ double radius_reach(double radius, Metric metric, std::int64_t d, double feature
 /// The largest magnitude of `feature` in the database and the queries (radius_reach's feature_scale).
 template <class T>
 double feature_scale(MatrixView<T> database, MatrixView<T> queries, Eigen::Index feature) {
-  double s = 0;
-  for (Eigen::Index j = 0; j < database.rows(); ++j) s = std::max(s, std::abs(double(database(j, feature))));
-  for (Eigen::Index i = 0; i < queries.rows(); ++i) s = std::max(s, std::abs(double(queries(i, feature))));
-  return s;
+  auto largest = [feature](MatrixView<T> M) {
+    const std::int64_t n = M.rows(), chunks = (n + (1 << 16) - 1) >> 16;
+    std::vector<double> part(std::size_t(std::max<std::int64_t>(chunks, 0)), 0.0);
+    parallel_chunks(n, 1 << 16, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+      double s = 0;
+      for (std::int64_t j = b; j < e; ++j) s = std::max(s, std::abs(double(M(j, feature))));
+      part[std::size_t(c)] = s;
+    });
+    double s = 0;
+    for (double v : part) s = std::max(s, v);
+    return s;
+  };
+  return std::max(largest(database), largest(queries));
 }
 
 /// For rows sorted by `feature` (ascending) and queries sorted the same way: per query, the database rows
@@ -143,23 +152,35 @@ double feature_scale(MatrixView<T> database, MatrixView<T> queries, Eigen::Index
 template <class T>
 std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> queries, Eigen::Index feature, double reach) {
   const std::int64_t n = database.rows(), m = queries.rows();
-  auto value = [&](MatrixView<T> M, std::int64_t i) { return double(M(i, feature)); };
-  for (std::int64_t j = 1; j < n; ++j)
-    if (!(value(database, j - 1) <= value(database, j)))
-      throw invalid_input("radius search over sorted rows: the database is not sorted by feature " + std::to_string(feature));
-  for (std::int64_t i = 1; i < m; ++i)
-    if (!(value(queries, i - 1) <= value(queries, i)))
-      throw invalid_input("radius search over sorted rows: the queries are not sorted by feature " + std::to_string(feature));
+  constexpr std::int64_t kChunk = 1 << 15;
+  // The feature's values in double, each side checked sorted (the first unsorted position, whatever the threads).
+  auto column = [&](MatrixView<T> M, const char* side) {
+    const std::int64_t rows = M.rows(), chunks = (rows + kChunk - 1) / kChunk;
+    std::vector<double> v(static_cast<std::size_t>(rows));
+    std::vector<std::uint8_t> unsorted(std::size_t(std::max<std::int64_t>(chunks, 0)), 0);
+    parallel_chunks(rows, kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+      for (std::int64_t j = b; j < e; ++j) v[std::size_t(j)] = double(M(j, feature));
+      for (std::int64_t j = std::max<std::int64_t>(b, 1); j < e; ++j)
+        if (!(double(M(j - 1, feature)) <= v[std::size_t(j)])) unsorted[std::size_t(c)] = 1;
+    });
+    for (std::uint8_t u : unsorted)
+      if (u)
+        throw invalid_input(std::string("radius search over sorted rows: the ") + side + " is not sorted by feature " +
+                            std::to_string(feature));
+    return v;
+  };
+  const std::vector<double> rows = column(database, "database");
+  const std::vector<double> q = column(queries, "queries");
+  // Query i's window: the first row at or above q - reach, and the first beyond q + reach.
   std::vector<std::int64_t> windows(std::size_t(2 * m));
-  std::int64_t lo = 0, hi = 0;
-  for (std::int64_t i = 0; i < m; ++i) {
-    const double q = value(queries, i);
-    while (lo < n && value(database, lo) < q - reach) ++lo;
-    if (hi < lo) hi = lo;
-    while (hi < n && value(database, hi) <= q + reach) ++hi;
-    windows[std::size_t(2 * i)] = lo;
-    windows[std::size_t(2 * i + 1)] = hi;
-  }
+  parallel_chunks(m, kChunk, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const double x = q[std::size_t(i)];
+      windows[std::size_t(2 * i)] = std::lower_bound(rows.begin(), rows.end(), x - reach) - rows.begin();
+      windows[std::size_t(2 * i + 1)] = std::upper_bound(rows.begin(), rows.end(), x + reach) - rows.begin();
+    }
+  });
+  (void)n;
   return windows;
 }
 
@@ -167,16 +188,28 @@ std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> q
 /// lets a radius search skip the most pairs.
 template <class T>
 Eigen::Index widest_feature(MatrixView<T> X) {
+  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + (1 << 15) - 1) >> 15;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> lo(std::size_t(std::max<std::int64_t>(chunks, 0) * d), kInf), hi(lo.size(), -kInf);
+  parallel_chunks(n, 1 << 15, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+    double* l = lo.data() + c * d;
+    double* h = hi.data() + c * d;
+    for (std::int64_t i = b; i < e; ++i)
+      for (std::int64_t f = 0; f < d; ++f) {
+        l[f] = std::min(l[f], double(X(i, f)));
+        h[f] = std::max(h[f], double(X(i, f)));
+      }
+  });
   Eigen::Index best = 0;
   double best_span = -1;
-  for (Eigen::Index f = 0; f < X.cols(); ++f) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (Eigen::Index i = 0; i < X.rows(); ++i) {
-      lo = std::min(lo, double(X(i, f)));
-      hi = std::max(hi, double(X(i, f)));
+  for (Eigen::Index f = 0; f < d; ++f) {
+    double l = kInf, h = -kInf;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      l = std::min(l, lo[std::size_t(c * d + f)]);
+      h = std::max(h, hi[std::size_t(c * d + f)]);
     }
-    if (hi - lo > best_span) {
-      best_span = hi - lo;
+    if (h - l > best_span) {
+      best_span = h - l;
       best = f;
     }
   }
@@ -189,26 +222,54 @@ template <class T>
 std::vector<std::int64_t> rows_sorted_by(MatrixView<T> X, Eigen::Index feature) {
   using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   constexpr Bits kSign = Bits(1) << (8 * sizeof(T) - 1);
-  const std::size_t n = std::size_t(X.rows());
-  std::vector<Bits> key(n), key2(n);
-  std::vector<std::int64_t> order(n), order2(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    T v = X(Eigen::Index(i), feature);
-    if (v == T(0)) v = T(0);  // -0 sorts with +0
-    Bits b;
-    std::memcpy(&b, &v, sizeof b);
-    key[i] = (b & kSign) ? Bits(~b) : Bits(b | kSign);
-    order[i] = std::int64_t(i);
-  }
-  for (unsigned shift = 0; shift < 8 * sizeof(T); shift += 8) {
-    std::size_t count[257] = {};
-    for (std::size_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & 0xFF) + 1];
-    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t at = count[(key[i] >> shift) & 0xFF]++;
-      key2[at] = key[i];
-      order2[at] = order[i];
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::int64_t n = X.rows(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<Bits> key(static_cast<std::size_t>(n)), key2(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n)), order2(static_cast<std::size_t>(n));
+  std::vector<Bits> varying(std::size_t(std::max<std::int64_t>(chunks, 0)), 0);
+  parallel_chunks(n, kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+    Bits first = 0, differ = 0;
+    for (std::int64_t i = b; i < e; ++i) {
+      T v = X(i, feature);
+      if (v == T(0)) v = T(0);  // -0 sorts with +0
+      Bits bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      const Bits k = (bits & kSign) ? Bits(~bits) : Bits(bits | kSign);
+      if (i == b) first = k;
+      differ |= k ^ first;
+      key[std::size_t(i)] = k;
+      order[std::size_t(i)] = i;
     }
+    varying[std::size_t(c)] = differ;
+  });
+  // Bits that differ anywhere (within a chunk, or between chunks' first keys); bytes without any are skipped.
+  Bits differ = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) differ |= varying[std::size_t(c)] | (key[std::size_t(c * kChunk)] ^ key[0]);
+  // Per pass: each chunk's byte histogram, the chunks' start per byte in (byte, chunk) order, then each chunk
+  // scatters its keys in order: a stable pass whatever the thread count.
+  std::vector<std::size_t> count(std::size_t(std::max<std::int64_t>(chunks, 0)) * 256);
+  for (unsigned shift = 0; shift < 8 * sizeof(T); shift += 8) {
+    if (((differ >> shift) & 0xFF) == 0) continue;
+    std::fill(count.begin(), count.end(), 0);
+    parallel_chunks(n, kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+      std::size_t* h = count.data() + c * 256;
+      for (std::int64_t i = b; i < e; ++i) ++h[(key[std::size_t(i)] >> shift) & 0xFF];
+    });
+    std::size_t at = 0;
+    for (int byte = 0; byte < 256; ++byte)
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::size_t here = count[std::size_t(c * 256 + byte)];
+        count[std::size_t(c * 256 + byte)] = at;
+        at += here;
+      }
+    parallel_chunks(n, kChunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
+      std::size_t* next = count.data() + c * 256;
+      for (std::int64_t i = b; i < e; ++i) {
+        const std::size_t to = next[(key[std::size_t(i)] >> shift) & 0xFF]++;
+        key2[to] = key[std::size_t(i)];
+        order2[to] = order[std::size_t(i)];
+      }
+    });
     key.swap(key2);
     order.swap(order2);
   }

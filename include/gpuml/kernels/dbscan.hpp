@@ -274,11 +274,15 @@ inline std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const
   vulkan::upload_filled(device, labels, 0, n * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
     auto* out = static_cast<std::uint32_t*>(to);
     const std::size_t first = begin / 4;
-    for (std::size_t k = 0; k < bytes / 4; ++k)
-      out[k] = core[first + k] ? std::uint32_t(order[first + k]) : shader::kNoRoot;
+    parallel_chunks(std::int64_t(bytes / 4), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::size_t k = std::size_t(b); k < std::size_t(e); ++k)
+        out[k] = core[first + k] ? std::uint32_t(order[first + k]) : shader::kNoRoot;
+    });
   });
   std::vector<std::uint32_t> at(n);
-  for (std::uint64_t s = 0; s < n; ++s) at[std::size_t(order[s])] = std::uint32_t(s);
+  parallel_chunks(std::int64_t(n), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s) at[std::size_t(order[std::size_t(s)])] = std::uint32_t(s);
+  });
   vulkan::upload(device, position, 0, at.data(), n * 4);
   st.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const std::vector<std::uint32_t> found = dbscan_detail::run_components(device, pieces, labels, n, &position, options, st);

@@ -71,9 +71,10 @@ struct RadiusSearchOptions {
 struct RadiusSearchStats {
   std::uint64_t certain = 0, uncertain = 0, batches = 0, fills = 0, database_blocks = 0;
   bool streamed = false;
-  // Wall seconds: the COUNT passes (upload, dispatch, counts back), the FILL passes (dispatch, pairs back), and the
-  // host's finish (re-checks, distances, ordering, the result's assembly).
-  double count_seconds = 0, fill_seconds = 0, finish_seconds = 0;
+  // Wall seconds: the setup (radius_self_graph: windows, kernels, rows sent), the COUNT passes (upload, dispatch,
+  // counts back), the FILL passes (dispatch, pairs back), and the host's finish (re-checks, distances, ordering, the
+  // result's assembly; radius_self_graph: the rows with uncertain pairs resolved).
+  double setup_seconds = 0, count_seconds = 0, fill_seconds = 0, finish_seconds = 0;
 };
 
 /// The kernel's tile: 16 x 16 threads, 8 x 8 pairs each (128 queries against 128 rows per step), features staged
@@ -528,6 +529,8 @@ RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, dou
   vulkan::Buffer status = device.buffer(16, vulkan::MemoryUse::readback);
   RadiusDeviceGraph graph;
   graph.rows = n;
+  st.setup_seconds = since(started);
+  started = Clock::now();
 
   auto dispatch = [&](const vulkan::KernelRef& kernel, const vulkan::Buffer& found, std::uint64_t q0, std::uint64_t mb,
                       std::uint64_t rows_per_split, std::uint64_t splits) {
@@ -569,23 +572,27 @@ RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, dou
     dispatch(count_kernel, counts, b.q0, b.mb, b.rows_per_split, b.splits);
     b.counts.resize(2 * b.mb * b.splits);
     vulkan::download(device, counts, 0, b.counts.data(), b.counts.size() * 4);
-    for (std::uint64_t q = 0; q < b.mb; ++q) {
-      std::uint64_t in = 0, unsure = 0;
-      for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
-        in += b.counts[2 * (q * b.splits + sp)];
-        unsure += b.counts[2 * (q * b.splits + sp) + 1];
+    parallel_chunks(std::int64_t(b.mb), 1 << 15, [&](std::int64_t, std::int64_t q0, std::int64_t q1) {
+      for (std::uint64_t q = std::uint64_t(q0); q < std::uint64_t(q1); ++q) {
+        std::uint64_t in = 0, unsure = 0;
+        for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
+          in += b.counts[2 * (q * b.splits + sp)];
+          unsure += b.counts[2 * (q * b.splits + sp) + 1];
+        }
+        graph.counts[b.q0 + q] = std::int64_t(in);
+        uncertain[b.q0 + q] = std::uint32_t(unsure);
+        offsets[b.q0 + q + 1] = in + unsure;
       }
-      graph.counts[b.q0 + q] = std::int64_t(in);
-      uncertain[b.q0 + q] = std::uint32_t(unsure);
-      offsets[b.q0 + q + 1] = in + unsure;
-      st.certain += in;
-      st.uncertain += unsure;
-    }
+    });
     batches.push_back(std::move(b));
     ++st.batches;
   }
-  for (std::uint64_t i = 0; i < n; ++i) offsets[i + 1] += offsets[i];
+  for (std::uint64_t i = 0; i < n; ++i) {
+    st.uncertain += uncertain[i];
+    offsets[i + 1] += offsets[i];
+  }
   graph.pairs = offsets[n];
+  st.certain = graph.pairs - st.uncertain;
   if (graph.pairs * 4 > max_bytes || (budget && graph.pairs * 4 > budget / 2))
     throw unsupported("radius graph on the device: " + std::to_string(graph.pairs) + " pairs exceed one binding or the memory budget");
   st.count_seconds = since(started);
@@ -595,14 +602,16 @@ RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, dou
   graph.found = device.buffer(std::max<std::uint64_t>(graph.pairs * 4, 16));
   std::vector<std::uint32_t> fill_offsets;
   for (const Batch& b : batches) {
-    fill_offsets.clear();
-    for (std::uint64_t q = 0; q < b.mb; ++q) {
-      std::uint64_t at = offsets[b.q0 + q];
-      for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
-        fill_offsets.push_back(std::uint32_t(at));
-        at += std::uint64_t(b.counts[2 * (q * b.splits + sp)]) + b.counts[2 * (q * b.splits + sp) + 1];
+    fill_offsets.resize(b.mb * b.splits);
+    parallel_chunks(std::int64_t(b.mb), 1 << 15, [&](std::int64_t, std::int64_t q0, std::int64_t q1) {
+      for (std::uint64_t q = std::uint64_t(q0); q < std::uint64_t(q1); ++q) {
+        std::uint64_t at = offsets[b.q0 + q];
+        for (std::uint64_t sp = 0; sp < b.splits; ++sp) {
+          fill_offsets[q * b.splits + sp] = std::uint32_t(at);
+          at += std::uint64_t(b.counts[2 * (q * b.splits + sp)]) + b.counts[2 * (q * b.splits + sp) + 1];
+        }
       }
-    }
+    });
     vulkan::upload(device, counts, 0, fill_offsets.data(), fill_offsets.size() * 4);
     dispatch(fill_kernel, graph.found, b.q0, b.mb, b.rows_per_split, b.splits);
     ++st.fills;
@@ -610,7 +619,9 @@ RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, dou
   graph.row_offsets = device.buffer((n + 1) * 4);
   vulkan::upload_filled(device, graph.row_offsets, 0, (n + 1) * 4, 4, [&](void* to, std::size_t begin, std::size_t bytes) {
     auto* out = static_cast<std::uint32_t*>(to);
-    for (std::size_t k = 0; k < bytes / 4; ++k) out[k] = std::uint32_t(offsets[begin / 4 + k]);
+    parallel_chunks(std::int64_t(bytes / 4), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k) out[k] = std::uint32_t(offsets[begin / 4 + std::size_t(k)]);
+    });
   });
   st.fill_seconds = since(started);
 
