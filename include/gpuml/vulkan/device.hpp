@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace gpuml::vulkan {
 
@@ -170,6 +172,10 @@ class Device {
     // queue of it): gpuml's own submissions are complete, each having waited on its fence.
     if (owned_) fn().vkDeviceWaitIdle(device_);
     save_pipeline_cache();
+    {
+      std::lock_guard lock(staging_mutex_);
+      staging_pool_.clear();
+    }
     kernels_.clear();
     recent_.clear();
     pipeline_cache_.reset();
@@ -210,6 +216,48 @@ class Device {
     if (with_transfer_queue && transfer_queue_)
       return Buffer(device_, memory_, bytes, use, info_.unified_memory, {queue_family_, transfer_family_});
     return Buffer(device_, memory_, bytes, use, info_.unified_memory);
+  }
+
+  /// A staging buffer (MemoryUse::upload or readback) of at least `bytes` bytes, taken from the device's pool and
+  /// given back when the lease ends, so that repeated transfers neither allocate nor pin host memory each time.
+  class StagingLease {
+   public:
+    StagingLease(const Device& device, MemoryUse use, Buffer buffer) : device_(&device), use_(use), buffer_(std::move(buffer)) {}
+    StagingLease(StagingLease&& o) noexcept : device_(std::exchange(o.device_, nullptr)), use_(o.use_), buffer_(std::move(o.buffer_)) {}
+    StagingLease& operator=(StagingLease&&) = delete;
+    StagingLease(const StagingLease&) = delete;
+    ~StagingLease() {
+      if (device_) device_->give_back_staging(use_, std::move(buffer_));
+    }
+    const Buffer& buffer() const noexcept { return buffer_; }
+    void* mapped() const noexcept { return buffer_.mapped(); }
+
+   private:
+    const Device* device_;
+    MemoryUse use_;
+    Buffer buffer_;
+  };
+
+  /// Staging buffers kept per use beyond those leased.
+  static constexpr std::size_t kKeptStaging = 4;
+
+  StagingLease staging(VkDeviceSize bytes, MemoryUse use) const {
+    {
+      std::lock_guard lock(staging_mutex_);
+      // The smallest kept buffer that holds `bytes`.
+      auto best = staging_pool_.end();
+      for (auto it = staging_pool_.begin(); it != staging_pool_.end(); ++it)
+        if (it->first == use && it->second.size() >= bytes && (best == staging_pool_.end() || it->second.size() < best->second.size()))
+          best = it;
+      if (best != staging_pool_.end()) {
+        Buffer b = std::move(best->second);
+        staging_pool_.erase(best);
+        return StagingLease(*this, use, std::move(b));
+      }
+    }
+    VkDeviceSize size = VkDeviceSize(1) << 20;  // powers of two from 1 MiB, so sizes recur and buffers are reused
+    while (size < bytes) size <<= 1;
+    return StagingLease(*this, use, buffer(size, use));
   }
 
   /// Pipelines kept for reuse beyond those in use: problems specialise pipelines (k-means on k and d), so a
@@ -333,6 +381,16 @@ class Device {
   double pipeline_seconds_ = 0;
   std::uint32_t pipelines_built_ = 0;
   mutable std::mutex mutex_;
+  mutable std::mutex staging_mutex_;
+  mutable std::vector<std::pair<MemoryUse, Buffer>> staging_pool_;
+
+  void give_back_staging(MemoryUse use, Buffer b) const {
+    std::lock_guard lock(staging_mutex_);
+    if (!device_) return;  // released: the buffer goes with the lease
+    std::size_t kept = 0;
+    for (const auto& e : staging_pool_) kept += e.first == use;
+    if (kept < kKeptStaging) staging_pool_.emplace_back(use, std::move(b));
+  }
 };
 
 }  // namespace gpuml::vulkan

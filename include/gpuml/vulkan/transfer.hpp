@@ -44,10 +44,10 @@ void upload_filled(Device& device, const Buffer& dst, VkDeviceSize offset, std::
   granule = std::max<std::size_t>(granule, 1);
   const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, std::max<VkDeviceSize>(kStagingChunk / granule, 1) * granule);
   const int slots = bytes > chunk ? 2 : 1;
-  std::vector<Buffer> staging;
+  std::vector<Device::StagingLease> staging;
   std::vector<std::unique_ptr<Commands>> cmds;
   for (int i = 0; i < slots; ++i) {
-    staging.push_back(device.buffer(chunk, MemoryUse::upload));
+    staging.push_back(device.staging(chunk, MemoryUse::upload));
     cmds.push_back(std::make_unique<Commands>(device));
   }
   int slot = 0;
@@ -56,7 +56,7 @@ void upload_filled(Device& device, const Buffer& dst, VkDeviceSize offset, std::
     cmds[slot]->wait();
     cmds[slot]->reset();
     fill(staging[slot].mapped(), done, n);
-    cmds[slot]->copy(staging[slot], 0, dst, offset + done, n);
+    cmds[slot]->copy(staging[slot].buffer(), 0, dst, offset + done, n);
     cmds[slot]->submit();
   }
   for (auto& c : cmds) c->wait();
@@ -80,17 +80,17 @@ inline void download(Device& device, const Buffer& src, VkDeviceSize offset, voi
   const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingChunk);
   const std::size_t pieces = (bytes + chunk - 1) / chunk;
   const int slots = pieces > 1 ? 2 : 1;
-  std::vector<Buffer> staging;
+  std::vector<Device::StagingLease> staging;
   std::vector<std::unique_ptr<Commands>> cmds;
   for (int i = 0; i < slots; ++i) {
-    staging.push_back(device.buffer(chunk, MemoryUse::readback));
+    staging.push_back(device.staging(chunk, MemoryUse::readback));
     cmds.push_back(std::make_unique<Commands>(device));
   }
   auto start = [&](std::size_t piece) {
     const int slot = static_cast<int>(piece % slots);
     const std::size_t done = piece * chunk, n = std::min<std::size_t>(chunk, bytes - done);
     cmds[slot]->reset();
-    cmds[slot]->copy(src, offset + done, staging[slot], 0, n);
+    cmds[slot]->copy(src, offset + done, staging[slot].buffer(), 0, n);
     cmds[slot]->submit();
   };
   start(0);
