@@ -7,7 +7,8 @@
 //   mpirun -np 2 gpuml-kmeans-mpi --input X.npy --init init.npy --labels-out labels.npy --json --device gpu
 //
 // Each rank's --device (default GPUML_DEVICE / auto) is its own: with one GPU per rank, pass --device-per-rank to
-// use device number (local rank). Errors on any rank end every rank with that rank's message (exit status 1).
+// use device number (local rank). As the other programs: --help and --version exit 0 (rank 0 prints), a usage error
+// exits 2 and a run-time error 1, on every rank alike: a problem on any rank ends every rank with that rank's message.
 #include <gpuml/gpuml.hpp>
 #include <gpuml/mpi/kmeans.hpp>
 
@@ -65,8 +66,34 @@ struct Options {
   bool json = false, device_per_rank = false, verbose = false;
 };
 
+/// Collective: runs `step` on this rank; when it throws on any rank, every rank throws that rank's message, as a
+/// usage_error when some rank's was one (so every rank exits with the same status).
+template <class Step>
+void together(const gpuml::mpi::Communicator& comm, Step&& step) {
+  std::string problem;
+  int kind = 0, worst = 0;  // 0: none, 1: run time, 2: usage
+  try {
+    step();
+  } catch (const gpuml_program::usage_error& e) {
+    problem = e.what();
+    kind = 2;
+  } catch (const std::exception& e) {
+    problem = e.what();
+    kind = 1;
+  }
+  MPI_Allreduce(&kind, &worst, 1, MPI_INT, MPI_MAX, comm.get());
+  if (worst == 0) return;
+  try {
+    comm.check(problem.empty() && kind != 0 ? std::string("unknown error") : problem);
+  } catch (const gpuml::error& e) {
+    if (worst == 2) throw gpuml_program::usage_error(e.what());
+    throw;
+  }
+}
+
 template <class T>
-int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, const gpuml::mpi::Communicator& comm) {
+int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, gpuml_program::Outputs& outputs,
+        const gpuml::mpi::Communicator& comm) {
   const std::int64_t n = h.rows, d = h.cols;
   const std::int64_t first = n * comm.rank() / comm.size(), last = n * (comm.rank() + 1) / comm.size();
   // This rank's rows, in place in the mapped file.
@@ -83,7 +110,7 @@ int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, con
   p.n_init = o.n_init;
   p.random_state = o.random_state;
   gpuml::Backend backend = gpuml::Backend::host();
-  comm.guarded([&] {
+  together(comm, [&] {
     if (o.init == "first") {
       if (n < o.n_clusters) throw gpuml::invalid_input("--init first needs at least n_clusters samples");
       p.init_centers = Eigen::Map<const gpuml::Matrix<T>>(base, o.n_clusters, d).template cast<double>();
@@ -92,12 +119,17 @@ int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, con
     } else {
       p.init_centers = gpuml::read_matrix<double>(o.init);
     }
-    std::string device = o.device;
     if (o.device_per_rank) {
       const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-      device = local ? local : std::to_string(comm.rank());
+      const std::string device = local ? local : std::to_string(comm.rank());
+      try {
+        backend = gpuml::select_backend(device);
+      } catch (const gpuml::error& e) {
+        throw gpuml_program::usage_error("--device-per-rank: device " + device + ": " + e.what());
+      }
+    } else {
+      backend = gpuml_program::backend_for(o.device);
     }
-    backend = device.empty() ? gpuml::default_backend() : gpuml::select_backend(device);
   });
   gpuml::mpi::KMeans<T> km(p, comm.get(), backend);
   const auto t0 = std::chrono::steady_clock::now();
@@ -116,16 +148,21 @@ int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, con
   gpuml::Labels all(comm.rank() == 0 ? n : 0);
   MPI_Gatherv(km.labels().data(), static_cast<int>(last - first), MPI_INT32_T, all.data(), recv_counts.data(),
               displs.data(), MPI_INT32_T, 0, comm.get());
+  // Rank 0 writes; every rank learns whether it could.
+  together(comm, [&] {
+    if (comm.rank() != 0) return;
+    outputs.set("--labels-out", [&](const std::string& path) { gpuml::write_matrix(path, all); });
+    outputs.set("--centers-out", [&](const std::string& path) { gpuml::write_matrix(path, km.cluster_centers()); });
+    outputs.commit();
+  });
   if (comm.rank() != 0) return 0;
-  if (!o.labels_out.empty()) gpuml::write_matrix(o.labels_out, all);
-  if (!o.centers_out.empty()) gpuml::write_matrix(o.centers_out, km.cluster_centers());
   if (o.json) {
     nlohmann::json j{{"program", "gpuml-kmeans-mpi"}, {"ranks", comm.size()}, {"n", n}, {"d", d},
                      {"k", o.n_clusters}, {"n_iter", km.n_iter()}, {"inertia", km.inertia()},
                      {"fit_seconds", seconds}, {"ms_per_iter", 1e3 * km.iteration_seconds() / std::max(1, km.n_iter())},
                      {"backend_rank0", gpuml::describe(backend)}};
     std::printf("%s\n", j.dump().c_str());
-  } else {
+  } else if (!outputs.to_stdout()) {
     std::printf("ranks: %d, n=%lld d=%lld k=%d\nn_iter: %d\ninertia: %.10g\nfit: %.3f s\n", comm.size(),
                 static_cast<long long>(n), static_cast<long long>(d), o.n_clusters, km.n_iter(), km.inertia(), seconds);
   }
@@ -142,18 +179,20 @@ int main(int argc, char** argv) {
     Options o;
     CLI::App app{"Distributed k-means over MPI: each rank fits its range of rows of one memory-mapped .npy file."};
     app.add_option("--input", o.input, "the data: a C-order float32 or float64 .npy file (n x d)")->required();
-    app.add_option("--n-clusters", o.n_clusters, "k (default 127)");
+    app.add_option("--n-clusters", o.n_clusters, "k (default 127)")->check(gpuml_program::at_least(1));
     app.add_option("--init", o.init,
                    "first (the first n_clusters rows) | k-means++ (greedy, across ranks) | PATH to initial centers "
                    "(.npy/.csv)");
     app.add_option("--n-init", o.n_init, "k-means++ runs, the best kept (default 1)")->check(CLI::NonNegativeNumber);
     app.add_option("--seed", o.random_state, "random_state of k-means++ (default 0)");
-    app.add_option("--max-iter", o.max_iter, "maximum Lloyd iterations (default 100)");
-    app.add_option("--tol", o.tol, "relative tolerance (default 0: until the labels stop changing or max-iter)");
+    app.add_option("--max-iter", o.max_iter, "maximum Lloyd iterations (default 100)")
+        ->check(gpuml_program::at_least(1));
+    app.add_option("--tol", o.tol, "relative tolerance (default 0: until the labels stop changing or max-iter)")
+        ->check(gpuml_program::at_least(0));
     app.add_option("--device", o.device, "each rank's backend (default GPUML_DEVICE, else auto)");
     app.add_flag("--device-per-rank", o.device_per_rank, "use Vulkan device number (local rank) on each rank");
-    app.add_option("--labels-out", o.labels_out, "rank 0 writes every sample's label here (.npy/.csv)");
-    app.add_option("--centers-out", o.centers_out, "rank 0 writes the centers here (.npy/.csv)");
+    app.add_option("--labels-out", o.labels_out, "rank 0 writes every sample's label here (.npy/.csv; - for CSV on stdout)");
+    app.add_option("--centers-out", o.centers_out, "rank 0 writes the centers here (.npy/.csv; - for CSV on stdout)");
     app.add_flag("--json", o.json, "rank 0 prints one JSON object");
     app.add_flag("--verbose", o.verbose, "scikit-learn's verbose lines, from rank 0");
     gpuml_program::add_version(app, "gpuml-kmeans-mpi");
@@ -166,9 +205,18 @@ int main(int argc, char** argv) {
       return rc == 0 ? 0 : 2;
     }
     try {
+      // Outputs first (rank 0 writes them): a bad path ends every rank before the data is read.
+      gpuml_program::Outputs outputs;
+      together(comm, [&] {
+        if (comm.rank() != 0) return;
+        outputs.add("--labels-out", o.labels_out);
+        outputs.add("--centers-out", o.centers_out);
+        if (outputs.to_stdout() && o.json)
+          throw gpuml_program::usage_error("--json and an output to stdout (-) exclude each other");
+      });
       gpuml::NpyHeader h;
       std::optional<MappedFile> file;
-      comm.guarded([&] {
+      together(comm, [&] {
         h = gpuml::read_npy_header(o.input);
         if (h.ndim != 2 || h.fortran_order || (h.dtype != gpuml::NpyDtype::f4 && h.dtype != gpuml::NpyDtype::f8))
           throw gpuml::invalid_input(o.input + ": needs a 2-D C-order float32 or float64 array");
@@ -177,8 +225,14 @@ int main(int argc, char** argv) {
         if (file->size() < h.data_offset + std::uint64_t(h.rows) * std::uint64_t(h.cols) * item)
           throw gpuml::invalid_input(o.input + ": shorter than its header says");
       });
-      status = h.dtype == gpuml::NpyDtype::f4 ? run<float>(o, h, *file, comm) : run<double>(o, h, *file, comm);
+      status = h.dtype == gpuml::NpyDtype::f4 ? run<float>(o, h, *file, outputs, comm)
+                                              : run<double>(o, h, *file, outputs, comm);
+    } catch (const gpuml_program::usage_error& e) {
+      std::fflush(stdout);
+      if (comm.rank() == 0) std::fprintf(stderr, "gpuml-kmeans-mpi: error: %s\n", e.what());
+      status = 2;
     } catch (const std::exception& e) {
+      std::fflush(stdout);
       if (comm.rank() == 0) std::fprintf(stderr, "gpuml-kmeans-mpi: error: %s\n", e.what());
       status = 1;
     }
