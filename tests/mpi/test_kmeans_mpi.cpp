@@ -205,6 +205,32 @@ TEST(DistributedKMeansFaults, AFailureDuringTheFitEndsEveryRank) {
   }
 }
 
+// A cancellation asked on one rank alone (its on_iteration, or its keep_going, says stop; the other ranks set no
+// callback): every rank stops at the same iteration with gpuml::cancelled, and no rank's estimator is fitted.
+TEST(DistributedKMeansFaults, ACancellationOnOneRankStopsEveryRank) {
+  const Matrix<double> X = random_matrix<double>(900, 3, 24);
+  const Matrix<double> mine = X.middleRows(300 * (rank() % 3), 300);
+  const bool asker = rank() == ranks() - 1;
+  for (const bool by_keep_going : {false, true}) {
+    SCOPED_TRACE(by_keep_going ? "keep_going" : "on_iteration");
+    KMeansParams p;
+    p.n_clusters = 8;
+    p.init_centers = X.topRows(8);
+    p.tol = 0;
+    p.max_iter = 100;
+    int polls = 0;
+    if (asker && by_keep_going) p.keep_going = [&] { return ++polls < 2; };
+    if (asker && !by_keep_going) p.on_iteration = [&](const gpuml::LloydIteration&) { return ++polls < 2; };
+    int iterations = 0;  // seen by an observer on rank 0 that never stops the fit
+    if (rank() == 0 && !asker) p.on_iteration = [&](const gpuml::LloydIteration&) { return ++iterations > 0; };
+    gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
+    EXPECT_THROW(km.fit(mine), gpuml::cancelled);
+    EXPECT_THROW((void)km.labels(), gpuml::not_fitted);
+    if (asker) EXPECT_EQ(polls, 2);
+    if (rank() == 0 && !asker) EXPECT_EQ(iterations, 2);
+  }
+}
+
 // k-means++ seeding across ranks (greedy, n_init runs from one random_state) against one process on the same
 // engine, on integer data with integer weights: every mass, block sum and potential is an exact integer, so the
 // draws, the seeds and the fit are the same bit for bit. The ranks' sampling blocks start at each rank's first row,

@@ -519,7 +519,8 @@ class RankRows {
 /// rank, and labels for its own rows. Parameters are KMeansParams; every rank must pass the same ones. Initial
 /// centers: an array (init_centers, rank 0's is used) or greedy k-means++ across ranks (init="k-means++", n_init
 /// runs from random_state, as one process draws them); init="random" across ranks is refused with
-/// gpuml::unsupported.
+/// gpuml::unsupported. on_iteration and keep_going may be set on any ranks: false on one stops every rank at the
+/// same iteration with gpuml::cancelled (keep_going is asked once per iteration, not within an E-step).
 template <class T>
 class KMeans {
   static_assert(is_supported_scalar<T>, "KMeans supports float and double");
@@ -576,16 +577,24 @@ class KMeans {
     const WarningHandler rank_zero_only =
         comm_.rank() == 0 ? WarningHandler{} : WarningHandler([](const std::string&) {});
     ScopedThreadMessages quiet_ranks(rank_zero_only, rank_zero_only);
-    // A cancellation on any rank stops every rank at the same iteration.
-    if (params_.on_iteration)
+    // A cancellation on any rank (on_iteration or keep_going false) stops every rank at the same iteration with
+    // gpuml::cancelled. keep_going is asked once per iteration, beside on_iteration, not between parts of an E-step:
+    // one rank's parts are not another's, so a poll there could not be answered together. Whether any rank set a
+    // callback is agreed first, so ranks that set none still join each iteration's vote.
+    int mine = params_.on_iteration || params_.keep_going ? 1 : 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm_.get());
+    p.on_iteration = {};
+    if (any)
       p.on_iteration = [&](const LloydIteration& it) {
         bool go_on = true;
-        comm_.guarded([&] { go_on = params_.on_iteration(it); });
+        comm_.guarded([&] {
+          go_on = (!params_.on_iteration || params_.on_iteration(it)) && (!params_.keep_going || params_.keep_going());
+        });
         std::vector<double> stop(1, go_on ? 0.0 : 1.0);
         comm_.sum(stop);
         return stop[0] == 0;
       };
-    p.keep_going = {};  // polled inside one rank's E-step only: not collective
+    p.keep_going = {};
 
     detail::RankRows<T> rows(comm_, backend_, n_local);
     algorithms::NumpyRandomState random(p.random_state);
