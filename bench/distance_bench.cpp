@@ -127,8 +127,7 @@ int run(const Options& o, const gpuml::Backend& backend) {
   const double upload_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   t0 = Clock::now();
   namespace shader = gpuml::shader_interface::pairwise_sq_distances;
-  const auto& kernel = dev.kernel({gpuml::kernels::DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push),
-                                   tile.constants()});
+  const auto& kernel = dev.kernel(gpuml::shaders::pairwise_sq_distances_kernel::spec<T>(tile.constants()));
   const double pipeline_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
   auto record = [&](vk::Commands& cmds) {

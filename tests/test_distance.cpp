@@ -141,8 +141,8 @@ TEST_P(DistanceTest, DispatchBindsBuffersByName) {
   const Matrix<float> X = random_matrix<float>(37, 5, 61, -2.0, 2.0);
   vk::Buffer x = dev.buffer(X.size() * sizeof(float)), out = dev.buffer(X.rows() * sizeof(float));
   vk::upload_rows<float>(dev, x, 0, X, 0, X.rows());
-  const auto kernel = dev.kernel({gpuml::kernels::DistanceShaders<float>::norms(), shader::kBindingCount,
-                                  sizeof(shader::Push), gpuml::kernels::spec_constants(shader::kSpecCount, {{shader::kSpecThreads, 64}})});
+  const auto kernel = dev.kernel(
+      gpuml::shaders::row_sq_norms_kernel::spec(gpuml::kernels::spec_constants(shader::kSpecCount, {{shader::kSpecThreads, 64}})));
   const shader::Push push{.rows = std::uint32_t(X.rows()), .cols = std::uint32_t(X.cols())};
   {
     vk::Commands cmds(dev);

@@ -442,9 +442,7 @@ TEST(Tuner, PinnedSubgroupSizeBuildsWhereTheDeviceAllowsIt) {
   // tests) checks the feature is enabled and the size is allowed.
   const auto plan = gpuml::kernels::plan_lloyd<float>(info, tile, 127, 14);
   const std::uint64_t before = gpuml::vulkan::validation_message_count();
-  namespace shader = gpuml::shader_interface::kmeans_lloyd;
-  device->kernel({gpuml::kernels::KMeansShaders<float>::lloyd(), shader::kBindingCount, sizeof(shader::Push), plan.constants(),
-                  tile.subgroup_size});
+  device->kernel(gpuml::shaders::kmeans_lloyd_kernel::spec(plan.constants(), tile.subgroup_size));
   EXPECT_EQ(gpuml::vulkan::validation_message_count(), before);
 }
 

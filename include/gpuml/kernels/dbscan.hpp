@@ -19,8 +19,7 @@
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/kernels/policy.hpp>
 #include <gpuml/kernels/radius.hpp>
-#include <gpuml/shaders/dbscan.h>
-#include <gpuml/shaders/dbscan_f32.hpp>
+#include <gpuml/shaders/dbscan_kernel.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
@@ -50,11 +49,8 @@ inline constexpr std::uint32_t kThreads = 256;
 
 inline vulkan::KernelRef make_kernel(vulkan::Device& device, std::uint32_t mode, bool permuted) {
   namespace shader = shader_interface::dbscan;
-  return device.kernel({vulkan::ShaderCode{shaders::dbscan_f32, std::size(shaders::dbscan_f32), "dbscan_f32"},
-                        shader::kBindingCount, sizeof(shader::Push),
-                        spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kThreads},
-                                                            {shader::kSpecMode, mode},
-                                                            {shader::kSpecPermuted, permuted ? 1u : 0u}})});
+  return device.kernel(shaders::dbscan_kernel::spec(spec_constants(
+      shader::kSpecCount, {{shader::kSpecThreads, kThreads}, {shader::kSpecMode, mode}, {shader::kSpecPermuted, permuted ? 1u : 0u}})));
 }
 
 /// One piece of the graph on the device: `edges` edges of rows [row0, row0 + rows), offsets local to the piece;

@@ -5,12 +5,8 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/kernels/policy.hpp>
 #include <gpuml/kernels/tile_policy.hpp>
-#include <gpuml/shaders/pairwise_sq_distances.h>
-#include <gpuml/shaders/row_sq_norms.h>
-#include <gpuml/shaders/pairwise_sq_distances_f32.hpp>
-#include <gpuml/shaders/pairwise_sq_distances_f64.hpp>
-#include <gpuml/shaders/row_sq_norms_f32.hpp>
-#include <gpuml/shaders/row_sq_norms_f64.hpp>
+#include <gpuml/shaders/pairwise_sq_distances_kernel.hpp>
+#include <gpuml/shaders/row_sq_norms_kernel.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
@@ -101,23 +97,6 @@ struct DistanceTile {
 template <class T>
 using default_distance_policy = DefaultTile<DistanceTileTraits>;
 
-template <class T>
-struct DistanceShaders;
-template <>
-struct DistanceShaders<float> {
-  static vulkan::ShaderCode norms() { return {shaders::row_sq_norms_f32, std::size(shaders::row_sq_norms_f32), "row_sq_norms_f32"}; }
-  static vulkan::ShaderCode pairwise() {
-    return {shaders::pairwise_sq_distances_f32, std::size(shaders::pairwise_sq_distances_f32), "pairwise_sq_distances_f32"};
-  }
-};
-template <>
-struct DistanceShaders<double> {
-  static vulkan::ShaderCode norms() { return {shaders::row_sq_norms_f64, std::size(shaders::row_sq_norms_f64), "row_sq_norms_f64"}; }
-  static vulkan::ShaderCode pairwise() {
-    return {shaders::pairwise_sq_distances_f64, std::size(shaders::pairwise_sq_distances_f64), "pairwise_sq_distances_f64"};
-  }
-};
-
 /// A device's float64 support, checked before any double kernel is built.
 template <class T>
 void require_scalar_support(const vulkan::Device& device) {
@@ -132,8 +111,8 @@ template <class T>
 void record_row_sq_norms(vulkan::Device& device, vulkan::Commands& cmds, vulkan::BufferSlice x, vulkan::BufferSlice out,
                          std::uint32_t rows, std::uint32_t cols) {
   namespace shader = shader_interface::row_sq_norms;
-  const auto& k = device.kernel({DistanceShaders<T>::norms(), shader::kBindingCount, sizeof(shader::Push),
-                                 spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kNormThreads}})});
+  const auto& k =
+      device.kernel(shaders::row_sq_norms_kernel::spec<T>(spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kNormThreads}})));
   const auto groups = static_cast<std::uint32_t>(ceil_div(rows, kNormThreads));
   const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
   const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
@@ -193,7 +172,7 @@ Matrix<T> pairwise_sq_distances(vulkan::Device& device, MatrixView<T> X, MatrixV
   auto xn = device.buffer(bx * s), yn = device.buffer(by * s);
   auto dbuf = device.buffer(bx * by * s);
   namespace shader = shader_interface::pairwise_sq_distances;
-  const auto& kernel = device.kernel({DistanceShaders<T>::pairwise(), shader::kBindingCount, sizeof(shader::Push), tile.constants()});
+  const auto& kernel = device.kernel(shaders::pairwise_sq_distances_kernel::spec<T>(tile.constants()));
 
   Matrix<T> D(X.rows(), Y.rows());
   std::vector<T> block_out;

@@ -9,15 +9,9 @@
 #include <gpuml/kernels/kmeans_policy.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/resident_samples.hpp>
-#include <gpuml/shaders/kmeans_inertia.h>
-#include <gpuml/shaders/kmeans_lloyd.h>
-#include <gpuml/shaders/kmeans_reduce.h>
-#include <gpuml/shaders/kmeans_inertia_f32.hpp>
-#include <gpuml/shaders/kmeans_inertia_f64.hpp>
-#include <gpuml/shaders/kmeans_lloyd_f32.hpp>
-#include <gpuml/shaders/kmeans_lloyd_f64.hpp>
-#include <gpuml/shaders/kmeans_reduce_f32.hpp>
-#include <gpuml/shaders/kmeans_reduce_f64.hpp>
+#include <gpuml/shaders/kmeans_inertia_kernel.hpp>
+#include <gpuml/shaders/kmeans_lloyd_kernel.hpp>
+#include <gpuml/shaders/kmeans_reduce_kernel.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -32,23 +26,6 @@ namespace gpuml::kernels {
 namespace lloyd_interface = shader_interface::kmeans_lloyd;
 namespace reduce_interface = shader_interface::kmeans_reduce;
 namespace inertia_interface = shader_interface::kmeans_inertia;
-
-template <class T>
-struct KMeansShaders {
-  static constexpr bool f32 = std::is_same_v<T, float>;
-  static vulkan::ShaderCode lloyd() {
-    if constexpr (f32) return {shaders::kmeans_lloyd_f32, std::size(shaders::kmeans_lloyd_f32), "kmeans_lloyd_f32"};
-    else return {shaders::kmeans_lloyd_f64, std::size(shaders::kmeans_lloyd_f64), "kmeans_lloyd_f64"};
-  }
-  static vulkan::ShaderCode reduce() {
-    if constexpr (f32) return {shaders::kmeans_reduce_f32, std::size(shaders::kmeans_reduce_f32), "kmeans_reduce_f32"};
-    else return {shaders::kmeans_reduce_f64, std::size(shaders::kmeans_reduce_f64), "kmeans_reduce_f64"};
-  }
-  static vulkan::ShaderCode inertia() {
-    if constexpr (f32) return {shaders::kmeans_inertia_f32, std::size(shaders::kmeans_inertia_f32), "kmeans_inertia_f32"};
-    else return {shaders::kmeans_inertia_f64, std::size(shaders::kmeans_inertia_f64), "kmeans_inertia_f64"};
-  }
-};
 
 /// The specialisation of kmeans_lloyd for one problem (k, d) on one device: tiles shrink, and the partial sums
 /// move from shared to global memory, until the workgroup fits the device's shared memory.
@@ -242,8 +219,7 @@ class LloydEngine {
     readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
     inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
     auto lloyd_stage = [&](std::uint32_t stage) {
-      return device.kernel({KMeansShaders<T>::lloyd(), lloyd_interface::kBindingCount, sizeof(lloyd_interface::Push),
-                            plan_.constants(stage), tile_params.subgroup_size});
+      return device.kernel(shaders::kmeans_lloyd_kernel::spec<T>(plan_.constants(stage), tile_params.subgroup_size));
     };
     lloyd_ = lloyd_stage(lloyd_interface::kStageFull);
     if (plan_.bounds) {
@@ -251,13 +227,12 @@ class LloydEngine {
       search_kernel_ = lloyd_stage(lloyd_interface::kStageSearch);
       sums_kernel_ = lloyd_stage(lloyd_interface::kStageSums);
     }
-    reduce_ = device.kernel({KMeansShaders<T>::reduce(), reduce_interface::kBindingCount, sizeof(reduce_interface::Push),
-                             spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, reduce_lanes()}})});
-    inertia_ = device.kernel({KMeansShaders<T>::inertia(), inertia_interface::kBindingCount, sizeof(inertia_interface::Push),
-                              spec_constants(inertia_interface::kSpecCount,
-                                             {{inertia_interface::kSpecThreads, kInertiaThreads},
-                                              {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)},
-                                              {inertia_interface::kSpecMode, inertia_interface::kModeInertia}})});
+    reduce_ = device.kernel(shaders::kmeans_reduce_kernel::spec<T>(
+        spec_constants(reduce_interface::kSpecCount, {{reduce_interface::kSpecLanes, reduce_lanes()}})));
+    inertia_ = device.kernel(shaders::kmeans_inertia_kernel::spec<T>(
+        spec_constants(inertia_interface::kSpecCount, {{inertia_interface::kSpecThreads, kInertiaThreads},
+                                                       {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)},
+                                                       {inertia_interface::kSpecMode, inertia_interface::kModeInertia}})));
   }
 
   const LloydPlan& plan() const { return plan_; }
@@ -709,10 +684,10 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
   if (cpu) block = std::min<std::uint64_t>(block, std::max<std::uint64_t>(1, max_groups * threads / k));
   if (block * k * s > max_bytes) throw unsupported("one row's distances exceed a storage-buffer binding of " + info.name);
   namespace shader = inertia_interface;
-  const auto kernel = device.kernel({KMeansShaders<T>::inertia(), shader::kBindingCount, sizeof(shader::Push),
-                                     spec_constants(shader::kSpecCount, {{shader::kSpecThreads, threads},
-                                                                         {shader::kSpecFeatures, static_cast<std::uint32_t>(d)},
-                                                                         {shader::kSpecMode, shader::kModeDistances}})});
+  const auto kernel = device.kernel(shaders::kmeans_inertia_kernel::spec<T>(
+      spec_constants(shader::kSpecCount, {{shader::kSpecThreads, threads},
+                                          {shader::kSpecFeatures, static_cast<std::uint32_t>(d)},
+                                          {shader::kSpecMode, shader::kModeDistances}})));
   auto xbuf = device.buffer(block * d * s), cbuf = device.buffer(k * d * s), out = device.buffer(block * k * s);
   auto unused = device.buffer(16);  // the weights and labels bindings, not read in this mode
   vulkan::upload(device, cbuf, 0, centers.data(), k * d * s);

@@ -15,9 +15,7 @@
 #include <gpuml/algorithms/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/resident_samples.hpp>
-#include <gpuml/shaders/kmeans_plus_plus.h>
-#include <gpuml/shaders/kmeans_plus_plus_f32.hpp>
-#include <gpuml/shaders/kmeans_plus_plus_f64.hpp>
+#include <gpuml/shaders/kmeans_plus_plus_kernel.hpp>
 
 #include <algorithm>
 #include <map>
@@ -28,14 +26,6 @@
 namespace gpuml::kernels {
 
 namespace plus_plus_interface = shader_interface::kmeans_plus_plus;
-
-template <class T>
-vulkan::ShaderCode plus_plus_shader() {
-  if constexpr (std::is_same_v<T, float>)
-    return {shaders::kmeans_plus_plus_f32, std::size(shaders::kmeans_plus_plus_f32), "kmeans_plus_plus_f32"};
-  else
-    return {shaders::kmeans_plus_plus_f64, std::size(shaders::kmeans_plus_plus_f64), "kmeans_plus_plus_f64"};
-}
 
 /// Device-resident data of one k-means++ seeding: X, weights and the distances to the nearest center so far, in
 /// chunks of whole sampling blocks; plus_plus_loop's engine interface.
@@ -86,10 +76,9 @@ class PlusPlusEngine {
     const std::uint32_t d = static_cast<std::uint32_t>(d_);
     namespace shader = plus_plus_interface;
     auto kernel = [&](std::uint32_t mode) {
-      return device.kernel({plus_plus_shader<T>(), shader::kBindingCount, sizeof(shader::Push),
-                            spec_constants(shader::kSpecCount,
-                                           {{shader::kSpecThreads, kThreads}, {shader::kSpecSamplesPerThread, kSamplesPerThread},
-                                            {shader::kSpecFeatures, d}, {shader::kSpecTrials, trials_}, {shader::kSpecMode, mode}})});
+      return device.kernel(shaders::kmeans_plus_plus_kernel::spec<T>(
+          spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kThreads}, {shader::kSpecSamplesPerThread, kSamplesPerThread},
+                                              {shader::kSpecFeatures, d}, {shader::kSpecTrials, trials_}, {shader::kSpecMode, mode}})));
     };
     potentials_ = kernel(shader::kModePotentials);
     commit_ = kernel(shader::kModeCommit);

@@ -56,19 +56,11 @@
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/knn_policy.hpp>
 #include <gpuml/kernels/policy.hpp>
-#include <gpuml/shaders/knn_filter_coop.h>
-#include <gpuml/shaders/knn_gather.h>
-#include <gpuml/shaders/knn_half.h>
-#include <gpuml/shaders/knn_merge.h>
-#include <gpuml/shaders/knn_select.h>
-#include <gpuml/shaders/knn_select_f32.hpp>
-#include <gpuml/shaders/knn_select_f64.hpp>
-#include <gpuml/shaders/knn_merge_f32.hpp>
-#include <gpuml/shaders/knn_merge_f64.hpp>
-#include <gpuml/shaders/knn_gather_f32.hpp>
-#include <gpuml/shaders/knn_gather_f64.hpp>
-#include <gpuml/shaders/knn_filter_coop_f32.hpp>
-#include <gpuml/shaders/knn_half_f32.hpp>
+#include <gpuml/shaders/knn_filter_coop_kernel.hpp>
+#include <gpuml/shaders/knn_gather_kernel.hpp>
+#include <gpuml/shaders/knn_half_kernel.hpp>
+#include <gpuml/shaders/knn_merge_kernel.hpp>
+#include <gpuml/shaders/knn_select_kernel.hpp>
 #include <gpuml/tuning/device_class.hpp>
 #include <gpuml/tuning/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
@@ -93,25 +85,6 @@ namespace merge_interface = shader_interface::knn_merge;
 namespace gather_interface = shader_interface::knn_gather;
 namespace filter_coop_interface = shader_interface::knn_filter_coop;
 namespace half_interface = shader_interface::knn_half;
-
-template <class T>
-struct KnnShaders;
-template <>
-struct KnnShaders<float> {
-  static vulkan::ShaderCode select() { return {shaders::knn_select_f32, std::size(shaders::knn_select_f32), "knn_select_f32"}; }
-  static vulkan::ShaderCode merge() { return {shaders::knn_merge_f32, std::size(shaders::knn_merge_f32), "knn_merge_f32"}; }
-  static vulkan::ShaderCode gather() { return {shaders::knn_gather_f32, std::size(shaders::knn_gather_f32), "knn_gather_f32"}; }
-  static vulkan::ShaderCode filter_coop() {
-    return {shaders::knn_filter_coop_f32, std::size(shaders::knn_filter_coop_f32), "knn_filter_coop_f32"};
-  }
-  static vulkan::ShaderCode half() { return {shaders::knn_half_f32, std::size(shaders::knn_half_f32), "knn_half_f32"}; }
-};
-template <>
-struct KnnShaders<double> {
-  static vulkan::ShaderCode select() { return {shaders::knn_select_f64, std::size(shaders::knn_select_f64), "knn_select_f64"}; }
-  static vulkan::ShaderCode merge() { return {shaders::knn_merge_f64, std::size(shaders::knn_merge_f64), "knn_merge_f64"}; }
-  static vulkan::ShaderCode gather() { return {shaders::knn_gather_f64, std::size(shaders::knn_gather_f64), "knn_gather_f64"}; }
-};
 
 /// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
 /// threads per workgroup (one workgroup per query).
@@ -571,24 +544,22 @@ struct KnnKernels {
   /// loop-limit report of CPU devices.
   template <class T>
   static vulkan::KernelRef make_select(vulkan::Device& device, const KnnTileParams& tile, Metric metric, bool append, bool cpu) {
-    return device.kernel({KnnShaders<T>::select(), select_interface::kBindingCount, sizeof(select_interface::Push),
-                          tile.constants(knn_metric_code(metric), append, cpu)});
+    return device.kernel(shaders::knn_select_kernel::spec<T>(tile.constants(knn_metric_code(metric), append, cpu)));
   }
   template <class T>
   static vulkan::KernelRef make_merge(vulkan::Device& device) {
-    return device.kernel({KnnShaders<T>::merge(), merge_interface::kBindingCount, sizeof(merge_interface::Push),
-                          spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})});
+    return device.kernel(shaders::knn_merge_kernel::spec<T>(
+        spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})));
   }
   /// knn_gather.comp for lists of `slots` slots; `exact`: it forms the values of the listed pairs (filter_coop's
   /// lists hold indices only).
   template <class T>
   static vulkan::KernelRef make_gather(vulkan::Device& device, std::uint64_t slots, bool exact, bool cpu) {
     namespace shader = gather_interface;
-    return device.kernel({KnnShaders<T>::gather(), shader::kBindingCount, sizeof(shader::Push),
-                          spec_constants(shader::kSpecCount,
-                                         {{shader::kSpecThreads, kKnnGatherThreads},
-                                          {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
-                                          {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})});
+    return device.kernel(shaders::knn_gather_kernel::spec<T>(
+        spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kKnnGatherThreads},
+                                            {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
+                                            {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})));
   }
 
   /// Those that `plan` uses, for `metric`.
@@ -600,11 +571,9 @@ struct KnnKernels {
     if constexpr (std::is_same_v<T, float>) {
       if (plan.coop) {
         const auto& info = device.info();
-        k.filter_coop = device.kernel({KnnShaders<T>::filter_coop(), filter_coop_interface::kBindingCount,
-                                       sizeof(filter_coop_interface::Push), spec_constants(filter_coop_interface::kSpecCount, {}),
-                                       info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u});
-        k.half = device.kernel({KnnShaders<T>::half(), half_interface::kBindingCount, sizeof(half_interface::Push),
-                                spec_constants(half_interface::kSpecCount, {})});
+        k.filter_coop = device.kernel(shaders::knn_filter_coop_kernel::spec<T>(
+            spec_constants(filter_coop_interface::kSpecCount, {}), info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u));
+        k.half = device.kernel(shaders::knn_half_kernel::spec<T>(spec_constants(half_interface::kSpecCount, {})));
       }
     }
     if (plan.slots) {

@@ -26,9 +26,7 @@
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/knn.hpp>
 #include <gpuml/kernels/policy.hpp>
-#include <gpuml/shaders/radius.h>
-#include <gpuml/shaders/radius_f32.hpp>
-#include <gpuml/shaders/radius_f64.hpp>
+#include <gpuml/shaders/radius_kernel.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
@@ -43,17 +41,6 @@
 namespace gpuml::kernels {
 
 namespace radius_interface = shader_interface::radius;
-
-template <class T>
-struct RadiusShaders;
-template <>
-struct RadiusShaders<float> {
-  static vulkan::ShaderCode code() { return {shaders::radius_f32, std::size(shaders::radius_f32), "radius_f32"}; }
-};
-template <>
-struct RadiusShaders<double> {
-  static vulkan::ShaderCode code() { return {shaders::radius_f64, std::size(shaders::radius_f64), "radius_f64"}; }
-};
 
 /// What one radius search returns besides the lists (sorted by (distance, index) or in index order), and how it
 /// is cut (tests force batching with max_batch_queries).
@@ -115,12 +102,11 @@ template <class T>
 vulkan::KernelRef make_kernel(vulkan::Device& device, const RadiusTile& tile, Metric metric, std::uint32_t mode, bool cpu,
                               bool windowed) {
   namespace shader = radius_interface;
-  return device.kernel({RadiusShaders<T>::code(), shader::kBindingCount, sizeof(shader::Push),
-                        spec_constants(shader::kSpecCount, {{shader::kSpecWX, tile.wx}, {shader::kSpecWY, tile.wy},
-                                                            {shader::kSpecTM, tile.tm}, {shader::kSpecTN, tile.tn},
-                                                            {shader::kSpecBK, tile.bk}, {shader::kSpecMetric, metric_code(metric)},
-                                                            {shader::kSpecMode, mode}, {shader::kSpecLoopGuard, cpu ? 1u : 0u},
-                                                            {shader::kSpecWindowed, windowed ? 1u : 0u}})});
+  return device.kernel(shaders::radius_kernel::spec<T>(
+      spec_constants(shader::kSpecCount, {{shader::kSpecWX, tile.wx}, {shader::kSpecWY, tile.wy}, {shader::kSpecTM, tile.tm},
+                                          {shader::kSpecTN, tile.tn}, {shader::kSpecBK, tile.bk},
+                                          {shader::kSpecMetric, metric_code(metric)}, {shader::kSpecMode, mode},
+                                          {shader::kSpecLoopGuard, cpu ? 1u : 0u}, {shader::kSpecWindowed, windowed ? 1u : 0u}})));
 }
 
 /// A buffer of at least `bytes` (grown, never shrunk).
