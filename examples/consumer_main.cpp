@@ -1,7 +1,15 @@
-// A program that uses gpuml as a dependency: built by the two consumer projects beside this file.
+// A program that uses gpuml as a dependency: built by the two consumer projects beside this file, header-only or
+// against gpuml::compiled (the compiled mode, where DBSCAN stays header-only and is included on its own).
+#include <gpuml/estimators/dbscan.hpp>
 #include <gpuml/gpuml.hpp>
 
 #include <cstdio>
+
+#if defined(GPUML_COMPILED)
+constexpr const char* kMode = "compiled";
+#else
+constexpr const char* kMode = "header-only";
+#endif
 
 int main() {
   gpuml::Matrix<float> X(3, 2), Y(2, 2);
@@ -15,6 +23,18 @@ int main() {
   gpuml::DBSCAN<float> dbscan(gpuml::DBSCANParams{}.set_eps(1.0).set_min_samples(2));
   const gpuml::Labels labels = dbscan.fit_predict(X);
   ok = ok && labels[0] == 0 && labels[1] == 0 && labels[2] == -1 && dbscan.core_sample_indices().size() == 2;
-  std::printf("consumer on %s: %s\n", gpuml::describe(gpuml::default_backend()).c_str(), ok ? "OK" : "WRONG");
+  // KMeans with two clusters: sample 2 alone, samples 0 and 1 together.
+  gpuml::KMeansParams params;
+  params.n_clusters = 2;
+  params.n_init = 10;
+  gpuml::KMeans<double> kmeans(params);
+  const gpuml::Labels clusters = kmeans.fit_predict(X.cast<double>());
+  ok = ok && clusters[0] == clusters[1] && clusters[0] != clusters[2];
+  // The nearest other sample of each: 1, 0, 0.
+  gpuml::NearestNeighbors<float> neighbors;
+  const gpuml::IndexMatrix nearest = neighbors.fit(X).kneighbors(X, 2).indices;
+  ok = ok && nearest(0, 1) == 1 && nearest(1, 1) == 0 && nearest(2, 1) == 0;
+  std::printf("consumer (%s) on %s: %s\n", kMode, gpuml::describe(gpuml::default_backend()).c_str(),
+              ok ? "OK" : "WRONG");
   return ok ? 0 : 1;
 }

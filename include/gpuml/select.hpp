@@ -5,9 +5,13 @@
 //   host            Eigen on the CPU's cores
 //   N               Vulkan device number N;  any other text: the first device whose name contains it
 //   A,B,...         several of the above (KMeans shards its rows across them)
+// select_backend, default_backend, set_default_backend and describe are declared in backend_choice.hpp as well; in the
+// compiled mode (core/compiled.hpp) the library alone defines them.
 #pragma once
 
+#include <gpuml/backend_choice.hpp>
 #include <gpuml/core/backend.hpp>
+#include <gpuml/core/compiled.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/warnings.hpp>
 #include <gpuml/vulkan/device.hpp>
@@ -113,11 +117,12 @@ inline std::mutex& default_backend_mutex() {
 
 }  // namespace detail
 
+#if GPUML_DEFINES_LIBRARY
 /// The backend `choice` names (see the top of this header). A comma-separated list ("0,1", "cpu,cpu") names
 /// several devices, whose rows KMeans shards across them; a device named twice is opened twice (two logical devices
 /// of one physical device, as tests use on lavapipe). Throws gpuml::unsupported if one is not present, and
 /// gpuml::invalid_input for "host" or "auto" inside a list. The devices are found now and opened on first use.
-inline Backend select_backend(std::string_view choice) {
+GPUML_INLINE Backend select_backend(std::string_view choice) {
   auto deferred = [](const vulkan::DeviceInfo& info, bool again) {
     Backend::DeviceOpener open = [info, again] {
       return again ? std::make_shared<vulkan::Device>(vulkan::Instance::get(), info) : detail::open_device(info);
@@ -145,6 +150,7 @@ inline Backend select_backend(std::string_view choice) {
   }
   return Backend::deferred(std::move(devices));
 }
+#endif
 
 /// A backend on a Vulkan device that the application created and owns (see vulkan::ExternalDevice for what
 /// gpuml uses of it and what the application promises). Throws gpuml::invalid_input for handles that do not fit
@@ -154,9 +160,10 @@ inline Backend external_backend(const vulkan::ExternalDevice& external) {
   return Backend::on(std::make_shared<vulkan::Device>(std::move(instance), external));
 }
 
+#if GPUML_DEFINES_LIBRARY
 /// The process default: Config::device (GPUML_DEVICE, default automatic). A device asked for but absent gives a warning
 /// and the host backend. Decided once; set_default_backend overrides it.
-inline Backend default_backend() {
+GPUML_INLINE Backend default_backend() {
   std::lock_guard lock(detail::default_backend_mutex());
   auto& slot = detail::default_backend_slot();
   if (!slot) {
@@ -172,10 +179,11 @@ inline Backend default_backend() {
 }
 
 /// Makes `backend` the default for estimators constructed from now on.
-inline void set_default_backend(Backend backend) {
+GPUML_INLINE void set_default_backend(Backend backend) {
   std::lock_guard lock(detail::default_backend_mutex());
   detail::default_backend_slot() = std::move(backend);
 }
+#endif
 
 /// The one rule by which every estimator and function chooses its engine:
 ///  - the host backend runs `on_host()`;
@@ -204,11 +212,13 @@ auto run_on(const Backend& backend, std::string_view task, OnDevice&& on_device,
   return on_host();
 }
 
+#if GPUML_DEFINES_LIBRARY
 /// A one-line description: "host (Eigen, 2 threads)" or "Vulkan: NAME (discrete GPU)".
-inline std::string describe(const Backend& backend) {
+GPUML_INLINE std::string describe(const Backend& backend) {
   if (backend.is_host()) return "host (Eigen)";
   const auto& info = backend.device_info();
   return "Vulkan: " + info.name + " (" + vulkan::device_type_name(info.type) + ")";
 }
+#endif
 
 }  // namespace gpuml

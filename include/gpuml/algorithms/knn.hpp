@@ -7,6 +7,7 @@
 // rounding. No Vulkan, no SIMD.
 #pragma once
 
+#include <gpuml/algorithms/knn_result.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
@@ -24,51 +25,6 @@
 #include <vector>
 
 namespace gpuml::algorithms {
-
-/// What a search did on a device, returned with its result (kernels::knn_search fills it; a host search leaves it
-/// as constructed: no device time, no passes).
-struct KnnSearchStats {
-  double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
-  std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
-  // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
-  // again with heaps.
-  std::uint64_t list_batches = 0, list_overflows = 0;
-  std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
-  std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
-  bool streamed = false;              // the database was uploaded for this search, block by block, not resident
-  // Queries searched again with more candidates because the first selection could not settle their k-th neighbour
-  // (counted once per extra search; the fields above describe the first search only).
-  std::uint64_t boundary_queries = 0;
-
-  /// Adds another part's search (a shard's, searched at the same time): device times add where both have them.
-  void add(const KnnSearchStats& other) {
-    add_device_ms(device_ms, other.device_ms);
-    sample_rows += other.sample_rows;
-    list_batches += other.list_batches;
-    list_overflows += other.list_overflows;
-    coop_passes += other.coop_passes;
-    database_blocks += other.database_blocks;
-    streamed = streamed || other.streamed;
-    boundary_queries += other.boundary_queries;
-  }
-};
-
-/// The result of a k-NN search: what NearestNeighbors::kneighbors returns.
-template <class T>
-struct KnnResult {
-  Matrix<T> distances;  ///< n_queries x k
-  IndexMatrix indices;  ///< n_queries x k, rows of the database
-  KnnSearchStats stats{};  ///< what the search did on a device (summed over the parts of a sharded search)
-};
-
-/// The result of a radius search: ragged neighbour lists as compressed rows. The neighbours of query i are entries
-/// offsets[i] to offsets[i + 1] of indices and distances (scikit-learn returns them as arrays of arrays).
-template <class T>
-struct RadiusResult {
-  std::vector<std::int64_t> offsets;  ///< n_queries + 1 entries, offsets[0] = 0
-  std::vector<std::int64_t> indices;
-  std::vector<T> distances;
-};
 
 using Index = std::int64_t;
 

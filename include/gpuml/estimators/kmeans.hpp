@@ -1,20 +1,25 @@
 // KMeans with scikit-learn's semantics (Lloyd, greedy k-means++ / random / array init, n_init restarts, relative tol,
 // centring, empty-cluster relocation): the model of the last fit, made by fit_kmeans (estimators/kmeans_fit.hpp,
-// the one fit driver), and predict, transform and score on its centers.
+// the one fit driver), and predict, transform and score on its centers. The members that run an engine or check
+// data are defined in kmeans_impl.hpp: included at the end here, or in the compiled mode (core/compiled.hpp) only by
+// the library, which instantiates KMeans<float> and KMeans<double> (another policy includes kmeans_impl.hpp).
 #pragma once
 
+#include <gpuml/algorithms/kmeans_params.hpp>
+#include <gpuml/backend_choice.hpp>
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
+#include <gpuml/core/compiled.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/matrix.hpp>
-#include <gpuml/estimators/kmeans_fit.hpp>
-#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/estimators/kmeans_types.hpp>
 
-#include <limits>
 #include <string>
 #include <utility>
 
 namespace gpuml {
+
+struct kmeans_default_policy;  // kernels/kmeans_policy.hpp
 
 template <class T, class Policy = kmeans_default_policy>
 class KMeans {
@@ -26,11 +31,8 @@ class KMeans {
 
   /// Fits on X (unit weights) or on X with sample weights: fit_kmeans with numpy's stream seeded by
   /// params().random_state. A failed fit leaves an earlier one untouched.
-  KMeans& fit(MatrixView<T> X) { return commit(fit_kmeans<T, Policy>(backend_, X, nullptr, params_)); }
-
-  KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
-    return commit(fit_kmeans<T, Policy>(backend_, X, &sample_weight, params_));
-  }
+  KMeans& fit(MatrixView<T> X);
+  KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight);
 
  private:
   KMeans& commit(KMeansFit<T>&& fit) {
@@ -50,45 +52,12 @@ class KMeans {
   /// Makes this a fitted model with the given centers (k x d, from an earlier fit: a saved model, an unpickled
   /// one): predict, transform and score use them. labels() is then empty, inertia() NaN and n_iter() 0, as there
   /// was no fit on data. Refused (and nothing changed) for an empty or non-finite matrix.
-  KMeans& set_cluster_centers(MatrixView<T> centers) {
-    checks::data(centers, "cluster_centers");
-    centers_ = centers;
-    labels_.resize(0);
-    inertia_ = std::numeric_limits<double>::quiet_NaN();
-    n_iter_ = 0;
-    iteration_seconds_ = 0;
-    step_times_ = {};
-    fit_times_ = {};
-    uploads_ = 0;
-    fitted_ = true;
-    return *this;
-  }
+  KMeans& set_cluster_centers(MatrixView<T> centers);
 
-  Labels predict(MatrixView<T> X) const {
-    check_input(X);
-    return detail::run_assign<T, Policy>(backend_, X, centers_);
-  }
-
-  Matrix<T> transform(MatrixView<T> X) const {
-    check_input(X);
-    return detail::run_transform<T, Policy>(backend_, X, centers_);
-  }
-
-  double score(MatrixView<T> X) const {
-    check_input(X);
-    const Vector<T> w = Vector<T>::Ones(X.rows());
-    return score(X, w);
-  }
-
-  double score(MatrixView<T> X, VectorView<T> sample_weight) const {
-    check_input(X);
-    checks::same_length(X.rows(), sample_weight.size(), "sample_weight");
-    checks::finite(sample_weight, "sample_weight");
-    for (Eigen::Index i = 0; i < sample_weight.size(); ++i)
-      if (sample_weight[i] < 0)
-        throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-    return -detail::run_labels_inertia<T, Policy>(backend_, X, sample_weight, centers_);
-  }
+  Labels predict(MatrixView<T> X) const;
+  Matrix<T> transform(MatrixView<T> X) const;
+  double score(MatrixView<T> X) const;
+  double score(MatrixView<T> X, VectorView<T> sample_weight) const;
 
   Labels fit_predict(MatrixView<T> X) { return fit(X).labels_; }
   Labels fit_predict(MatrixView<T> X, VectorView<T> w) { return fit(X, w).labels_; }
@@ -161,3 +130,13 @@ class KMeans {
 };
 
 }  // namespace gpuml
+
+#if GPUML_DEFINES_LIBRARY
+#include <gpuml/estimators/kmeans_impl.hpp>
+#endif
+#if defined(GPUML_COMPILED)
+namespace gpuml {
+extern template class KMeans<float>;
+extern template class KMeans<double>;
+}  // namespace gpuml
+#endif

@@ -14,6 +14,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/core/warnings.hpp>
+#include <gpuml/estimators/kmeans_types.hpp>
 #include <gpuml/host/kmeans.hpp>
 #include <gpuml/kernels/kmeans.hpp>
 #include <gpuml/kernels/kmeans_plus_plus.hpp>
@@ -118,38 +119,6 @@ inline bool same_clustering(const Labels& a, const Labels& b, int n_clusters) {
   }
   return true;
 }
-
-}  // namespace detail
-
-/// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
-struct FitTimes {
-  double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
-  double seeding = 0;     ///< initial centers, every run
-  double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
-  double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
-  double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
-  double finish = 0;      ///< of which the final E-steps, inertia and labels
-  double total = 0;       ///< the whole fit
-};
-
-/// What fit_kmeans returns: the kept run's model and how the fit went.
-template <class T>
-struct KMeansFit {
-  Matrix<T> cluster_centers;  ///< in X's coordinates (the mean added back)
-  Labels labels;
-  double inertia = 0.0;
-  int n_iter = 0;
-  int n_init = 0;                   ///< runs made
-  int best_run = 0;                 ///< the run kept (scikit-learn's rule: a lower inertia, not the same clustering)
-  int distinct_clusters = 0;        ///< clusters holding a label (scikit-learn warns when fewer than n_clusters)
-  int uploads = 0;                  ///< times X went to a device (one per fit and device; 0 on the host)
-  double tol_absolute = 0.0;        ///< the tolerance on the centers' shift (tol times X's mean variance)
-  double iteration_seconds = 0.0;   ///< the kept run's Lloyd iterations alone
-  algorithms::StepTimes step_times; ///< the kept run's device timing of its steps
-  FitTimes times;
-};
-
-namespace detail {
 
 /// What a fit derives from its inputs before any run: the checks' results, the mean, the tolerance and the number
 /// of runs, over the rows of every shard where `rows` spans several (see LocalRows). The weights are the caller's or

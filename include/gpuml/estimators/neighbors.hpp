@@ -1,33 +1,36 @@
 // Brute-force neighbour estimators with scikit-learn semantics: NearestNeighbors, KNeighborsClassifier and
-// KNeighborsRegressor. The numerics live in the engines (gpuml::host::knn_search, later the Vulkan one), reached
-// through detail::run_knn; this header holds validation, the X=None handling and the voting.
+// KNeighborsRegressor. The numerics live in the engines (host/knn.hpp, host/radius.hpp, kernels/knn.hpp,
+// kernels/radius.hpp), reached through detail::run_knn and detail::run_radius; this header holds validation, the
+// X=None handling and the voting. NearestNeighbors' searches and fit are defined in neighbors_impl.hpp:
+// included at the end here, or in the compiled mode (core/compiled.hpp) only by the library, which instantiates
+// NearestNeighbors<float> and NearestNeighbors<double>.
 #pragma once
 
+#include <gpuml/algorithms/knn_result.hpp>
+#include <gpuml/backend_choice.hpp>
 #include <gpuml/core/backend.hpp>
 #include <gpuml/core/checks.hpp>
+#include <gpuml/core/compiled.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
-#include <gpuml/core/warnings.hpp>
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
-#include <gpuml/host/knn.hpp>
-#include <gpuml/host/radius.hpp>
-#include <gpuml/kernels/knn.hpp>
-#include <gpuml/kernels/radius.hpp>
-#include <gpuml/select.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <exception>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 namespace gpuml {
+
+namespace kernels {
+template <class T>
+class KnnDatabase;  // kernels/knn.hpp: the database kept on a device
+}  // namespace kernels
 
 template <class T>
 using KnnResult = algorithms::KnnResult<T>;
@@ -46,12 +49,6 @@ struct NeighborsParams {
 
 namespace detail {
 
-/// The engine for a backend, by gpuml::run_on's rule: the Vulkan kernel (kernels::knn_search) on a Vulkan
-/// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
-/// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
-/// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
-/// storage-buffer binding, or more than 2^32 - 2 database rows. `resident` is the database kept on the device by fit. Both engines return the same result contract
-/// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
 /// Whether a search's values can overflow T: sums over d features of products (or differences) of values up to
 /// `max_abs` in magnitude. scikit-learn computes float32 distances in float64 blocks, so such data still gets
 /// finite, correct neighbours there.
@@ -69,56 +66,6 @@ bool values_may_overflow(double max_abs, Eigen::Index d, Metric metric) {
 template <class T>
 double max_abs(MatrixView<T> X) {
   return X.size() ? static_cast<double>(X.cwiseAbs().maxCoeff()) : 0.0;
-}
-
-/// The search on `backend`. `database_max_abs` (the largest magnitude in the database, kept by fit) decides with
-/// the queries' whether float32 values could overflow: such searches run in float64 on the host, as scikit-learn
-/// computes float32 distances in float64, and return float32 results in the float64 order (values beyond float32's
-/// range come back as inf, still in the order of the real distances).
-template <class T>
-KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
-                     const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1,
-                     const ProgressCallback& on_progress = {}) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (database_max_abs < 0) database_max_abs = max_abs<T>(database);
-    if (values_may_overflow<T>(std::max(database_max_abs, max_abs<T>(queries)), database.cols(), metric)) {
-      const Matrix<double> db = database.template cast<double>(), q = queries.template cast<double>();
-      const KnnResult<double> wide = host::knn_search<double>(db, q, k, metric, on_progress);
-      return {wide.distances.template cast<float>(), wide.indices, wide.stats};
-    }
-  }
-  return run_on<T>(
-      backend, "k-NN search",
-      [&] {
-        kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
-        options.on_progress = on_progress;
-        return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
-      },
-      [&] { return host::knn_search<T>(database, queries, k, metric, on_progress); });
-}
-
-/// The radius search on `backend` by gpuml::run_on's rule: the device engine (kernels::radius_search, host::
-/// radius_search's result bit for bit) on a Vulkan backend, the host engine otherwise or where the device throws
-/// gpuml::unsupported. `distances` false leaves RadiusResult::distances empty.
-template <class T>
-RadiusResult<T> run_radius(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, double radius, Metric metric,
-                           bool sort, bool exclude_self, bool distances, const kernels::KnnDatabase<T>* resident = nullptr,
-                           Eigen::Index sorted_feature = -1) {
-  return run_on<T>(
-      backend, "radius search",
-      [&] {
-        kernels::RadiusSearchOptions options;
-        options.sort = sort;
-        options.distances = distances;
-        options.exclude_self = exclude_self;
-        options.sorted_feature = sorted_feature;
-        return kernels::radius_search<T>(*backend.device(), database, queries, radius, metric, resident, options);
-      },
-      [&] {
-        RadiusResult<T> found = host::radius_search<T>(database, queries, radius, metric, sort, exclude_self, sorted_feature);
-        if (!distances) found.distances = {};
-        return found;
-      });
 }
 
 inline void check_n_neighbors(int k, const char* name = "n_neighbors") {
@@ -238,44 +185,8 @@ class NearestNeighbors {
   /// Stores X as the database; on a Vulkan backend also keeps it on the device, so searches read it in place
   /// (where it does not fit, or the device cannot run the kernel, searches fall back as run_knn documents).
   /// Validates everything first, so a failed fit leaves an earlier fit untouched.
-  NearestNeighbors& fit(MatrixView<T> X) {
-    const Metric metric = parse_metric(params_.metric);
-    detail::check_n_neighbors(params_.n_neighbors);
-    checks::data(X, "X");
-    Matrix<T> copy = naming_host_memory("copying the NearestNeighbors database", X.rows(), X.cols(), sizeof(T),
-                                        [&] { return Matrix<T>(X); });
-    std::shared_ptr<const kernels::KnnDatabase<T>> on_device;
-    if (backend_.device_count() == 1 && X.rows() < Eigen::Index(UINT32_MAX)) {
-      try {
-        on_device = std::make_shared<const kernels::KnnDatabase<T>>(*backend_.device(), copy);
-      } catch (const unsupported&) {
-        // Too large to keep, or float64 without device support: each search streams or falls back instead.
-      }
-    }
-    // Several devices: the database cut into one contiguous shard per device, each kept on its device.
-    std::vector<Shard> shards;
-    if (backend_.device_count() > 1 && X.rows() < Eigen::Index(UINT32_MAX)) {
-      const auto count = static_cast<Eigen::Index>(std::min<std::size_t>(backend_.device_count(), std::size_t(X.rows())));
-      for (Eigen::Index s = 0; s < count; ++s) {
-        Shard shard{X.rows() * s / count, X.rows() * (s + 1) / count - X.rows() * s / count,
-                    backend_.part(static_cast<std::size_t>(s)), nullptr};
-        try {
-          shard.resident = std::make_shared<const kernels::KnnDatabase<T>>(*shard.backend.device(),
-                                                                           copy.middleRows(shard.first, shard.rows));
-        } catch (const unsupported&) {
-        }
-        shards.push_back(std::move(shard));
-      }
-      on_device.reset();
-    }
-    max_abs_ = detail::max_abs<T>(copy);
-    X_.swap(copy);
-    device_X_ = std::move(on_device);
-    shards_ = std::move(shards);
-    metric_ = metric;
-    fitted_ = true;
-    return *this;
-  }
+  NearestNeighbors& fit(MatrixView<T> X);
+
 
   /// kneighbors(X=None): the neighbours of every training sample, each sample itself excluded.
   KnnResult<T> kneighbors() const { return kneighbors_self(params_.n_neighbors); }
@@ -283,51 +194,16 @@ class NearestNeighbors {
   /// kneighbors(X, n_neighbors): n_neighbors = 0 means params().n_neighbors. Sorted by distance ascending
   /// (inner product descending for metric "inner_product"); ties of the returned values go to the lower index, so
   /// the first j columns are kneighbors(X, j).
-  KnnResult<T> kneighbors(MatrixView<T> X, int n_neighbors = 0) const {
-    require_fitted();
-    const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
-    detail::check_n_neighbors(k);
-    checks::data(X, "X");
-    checks::same_features(X_.cols(), X.cols(), "X");
-    if (k > X_.rows())
-      throw invalid_input("Expected n_neighbors <= n_samples_fit, but n_neighbors = " + std::to_string(k) +
-                          ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
-                          std::to_string(X.rows()));
-    return search(X, k);
-  }
+  KnnResult<T> kneighbors(MatrixView<T> X, int n_neighbors = 0) const;
+
 
   /// kneighbors(X=None, n_neighbors): as sklearn, queries k+1 neighbours of each training sample and removes the
   /// sample's own index; when duplicates push the sample out of its k+1 neighbours, removes the first column (a
   /// duplicate of the sample at distance zero), as sklearn masks it. Under metric "inner_product" a sample is
   /// rarely its own best match, so one missing from its k+1 was pushed out by more similar rows: the last column
   /// goes instead, leaving the k most similar other rows.
-  KnnResult<T> kneighbors_self(int n_neighbors) const {
-    require_fitted();
-    const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
-    detail::check_n_neighbors(k);
-    const auto n = X_.rows();
-    if (k >= n)
-      throw invalid_input("Expected n_neighbors < n_samples_fit when querying the training set, but n_neighbors = " +
-                          std::to_string(k) + ", n_samples_fit = " + std::to_string(n));
-    const KnnResult<T> full = search(X_, k + 1);
-    KnnResult<T> out{Matrix<T>(n, k), IndexMatrix(n, k), full.stats};
-    const int absent_skip = metric_ == Metric::inner_product ? k : 0;
-    for (Eigen::Index i = 0; i < n; ++i) {
-      int skip = absent_skip;  // where the sample itself is not among its k+1
-      for (int c = 0; c <= k; ++c)
-        if (full.indices(i, c) == i) {
-          skip = c;
-          break;
-        }
-      for (int c = 0, o = 0; c <= k; ++c) {
-        if (c == skip) continue;
-        out.distances(i, o) = full.distances(i, c);
-        out.indices(i, o) = full.indices(i, c);
-        ++o;
-      }
-    }
-    return out;
-  }
+  KnnResult<T> kneighbors_self(int n_neighbors) const;
+
 
   /// radius_neighbors(X, radius, sort_results): every training sample within distance `radius` (a negative radius
   /// means params().radius) of each row of X, in index order or sorted by (distance, index). On a Vulkan backend
@@ -335,31 +211,19 @@ class NearestNeighbors {
   /// the rest, so the result is the host engine's bit for bit (sharded over the backend's devices, each part's
   /// lists concatenated in index order); float32 data whose distances could overflow is scanned in float64 on the
   /// host, as k-NN does.
-  RadiusResult<T> radius_neighbors(MatrixView<T> X, double radius = -1, bool sort_results = false) const {
-    require_fitted();
-    checks::data(X, "X");
-    checks::same_features(X_.cols(), X.cols(), "X");
-    return radius_search(X, radius, sort_results, false);
-  }
+  RadiusResult<T> radius_neighbors(MatrixView<T> X, double radius = -1, bool sort_results = false) const;
+
 
   /// radius_neighbors(X=None, ...): the neighbours of every training sample, the sample itself excluded.
-  RadiusResult<T> radius_neighbors_self(double radius = -1, bool sort_results = false) const {
-    require_fitted();
-    return radius_search(X_, radius, sort_results, true);
-  }
+  RadiusResult<T> radius_neighbors_self(double radius = -1, bool sort_results = false) const;
+
 
   /// The radius graph of the training set for DBSCAN: every training sample's neighbours within `radius`
   /// INCLUDING the sample itself, in index order, without distances (`distances` is empty). `sorted_feature` >= 0:
   /// the training rows are sorted (ascending) by that feature, and each sample scans only the rows within the
   /// radius's reach in it (the same graph, a fraction of the pairs where the data is spread along that feature).
-  RadiusResult<T> radius_graph_self(double radius, Eigen::Index sorted_feature = -1) const {
-    require_fitted();
-    if (!(radius >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
-    if (sorted_feature >= X_.cols())
-      throw invalid_input("radius_graph_self: sorted_feature " + std::to_string(sorted_feature) + " of " +
-                          std::to_string(X_.cols()) + " features");
-    return radius_search(X_, radius, false, false, false, sorted_feature);
-  }
+  RadiusResult<T> radius_graph_self(double radius, Eigen::Index sorted_feature = -1) const;
+
 
   /// return_distance=False variants.
   IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
@@ -392,71 +256,15 @@ class NearestNeighbors {
   /// once (one thread per device) with the shards' lists merged by (returned value, global index). Each engine
   /// returns the first k of its rows in that order, so the merge is one device's list. Sharded searches report no
   /// progress.
-  KnnResult<T> search(MatrixView<T> queries, int k) const {
-    if (shards_.size() <= 1)
-      return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
-    const Metric shard_metric = algorithms::part_metric(metric_);
-    std::vector<KnnResult<T>> parts(shards_.size());
-    std::vector<Eigen::Index> first;
-    for (const Shard& shard : shards_) first.push_back(shard.first);
-    concurrently(shards_.size(), [&](std::size_t s) {
-      const Shard& shard = shards_[s];
-      parts[s] = detail::run_knn<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries,
-                                    static_cast<int>(std::min<Eigen::Index>(k, shard.rows)), shard_metric,
-                                    shard.resident.get(), max_abs_);
-    });
-    return algorithms::merge_parts<T>(parts, first, queries.rows(), k, metric_);
-  }
+  KnnResult<T> search(MatrixView<T> queries, int k) const;
+
 
   /// The radius search on the backend's one device (or the host), or on every shard at once (one thread per
   /// device): each shard's lists in index order with global indices, concatenated per query in shard order (so in
   /// index order), then sorted where asked; the same lists as one device's.
   RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self, bool distances = true,
-                                Eigen::Index sorted_feature = -1) const {
-    const double r = radius < 0 ? params_.radius : radius;
-    if constexpr (std::is_same_v<T, float>) {
-      if (detail::values_may_overflow<T>(std::max(max_abs_, detail::max_abs<T>(queries)), X_.cols(), metric_)) {
-        const Matrix<double> database = X_.template cast<double>(), q = queries.template cast<double>();
-        auto wide = host::radius_search<double>(database, q, r, metric_, sort, exclude_self, sorted_feature);
-        RadiusResult<T> out{std::move(wide.offsets), std::move(wide.indices), {}};
-        if (distances) {
-          out.distances.reserve(wide.distances.size());
-          for (double v : wide.distances) out.distances.push_back(static_cast<T>(v));
-        }
-        return out;
-      }
-    }
-    if (shards_.size() <= 1)
-      return detail::run_radius<T>(backend_, X_, queries, r, metric_, sort, exclude_self, distances, device_X_.get(),
-                                   sorted_feature);
-    if (!(r >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(r));
-    std::vector<RadiusResult<T>> parts(shards_.size());
-    concurrently(shards_.size(), [&](std::size_t s) {
-      const Shard& shard = shards_[s];
-      parts[s] = detail::run_radius<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries, r, metric_, false, false,
-                                       distances || sort, shard.resident.get(), sorted_feature);
-    });
-    const auto m = static_cast<std::size_t>(queries.rows());
-    RadiusResult<T> out;
-    out.offsets.assign(m + 1, 0);
-    std::vector<std::pair<T, std::int64_t>> row;
-    for (std::size_t i = 0; i < m; ++i) {
-      row.clear();
-      for (std::size_t s = 0; s < parts.size(); ++s)
-        for (auto f = parts[s].offsets[i]; f < parts[s].offsets[i + 1]; ++f) {
-          const std::int64_t j = parts[s].indices[std::size_t(f)] + shards_[s].first;
-          if (exclude_self && j == std::int64_t(i)) continue;
-          row.emplace_back(distances || sort ? parts[s].distances[std::size_t(f)] : T(0), j);
-        }
-      if (sort) std::sort(row.begin(), row.end());
-      for (const auto& [v, j] : row) {
-        out.indices.push_back(j);
-        if (distances) out.distances.push_back(v);
-      }
-      out.offsets[i + 1] = std::int64_t(out.indices.size());
-    }
-    return out;
-  }
+                                Eigen::Index sorted_feature = -1) const;
+
 
   NeighborsParams params_;
   Backend backend_;
@@ -579,3 +387,13 @@ class KNeighborsRegressor {
 };
 
 }  // namespace gpuml
+
+#if GPUML_DEFINES_LIBRARY
+#include <gpuml/estimators/neighbors_impl.hpp>
+#endif
+#if defined(GPUML_COMPILED)
+namespace gpuml {
+extern template class NearestNeighbors<float>;
+extern template class NearestNeighbors<double>;
+}  // namespace gpuml
+#endif
