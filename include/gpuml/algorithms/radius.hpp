@@ -151,7 +151,7 @@ double feature_scale(MatrixView<T> database, MatrixView<T> queries, Eigen::Index
 /// sorted). Throws invalid_input where either side is not sorted.
 template <class T>
 std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> queries, Eigen::Index feature, double reach) {
-  const std::int64_t n = database.rows(), m = queries.rows();
+  const std::int64_t m = queries.rows();
   constexpr std::int64_t kChunk = 1 << 15;
   // The feature's values in double, each side checked sorted (the first unsorted position, whatever the threads).
   auto column = [&](MatrixView<T> M, const char* side) {
@@ -180,7 +180,6 @@ std::vector<std::int64_t> sorted_windows(MatrixView<T> database, MatrixView<T> q
       windows[std::size_t(2 * i + 1)] = std::upper_bound(rows.begin(), rows.end(), x + reach) - rows.begin();
     }
   });
-  (void)n;
   return windows;
 }
 

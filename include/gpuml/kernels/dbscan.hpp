@@ -176,6 +176,21 @@ inline std::vector<std::uint32_t> run_components(vulkan::Device& device, const s
   return found;
 }
 
+/// The roots the kernel's labels give (kNoRoot: -1; a border sample's flag dropped), label s belonging to sample
+/// sample_of(s).
+template <class SampleOf>
+std::vector<std::int64_t> roots_from_labels(const std::vector<std::uint32_t>& labels, SampleOf&& sample_of) {
+  namespace shader = shader_interface::dbscan;
+  std::vector<std::int64_t> roots(labels.size(), -1);
+  parallel_chunks(std::int64_t(labels.size()), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s) {
+      const std::uint32_t l = labels[std::size_t(s)];
+      roots[std::size_t(sample_of(s))] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
+    }
+  });
+  return roots;
+}
+
 /// Limits every components run shares: fewer than 2^31 samples, their labels within one binding.
 inline std::uint64_t max_piece_edges(const vulkan::Device& device, std::uint64_t n, const DbscanComponentsOptions& options) {
   const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
@@ -203,8 +218,8 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t n = std::int64_t(core.size());
   if (std::int64_t(hood.offsets.size()) != n + 1) throw invalid_input("DBSCAN components: offsets do not match the samples");
-  std::vector<std::int64_t> roots(std::size_t(n), -1);
-  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; })) return roots;
+  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; }))
+    return std::vector<std::int64_t>(std::size_t(n), -1);
   const std::uint64_t piece_edges = dbscan_detail::max_piece_edges(device, std::uint64_t(n), options);
   const std::uint64_t total_edges = std::uint64_t(hood.offsets.back());
   if (const std::uint64_t budget = device_memory_budget(device.info()); budget && 4 * total_edges + 12 * std::uint64_t(n) > budget)
@@ -222,14 +237,9 @@ std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const algori
     });
   });
   st.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const std::vector<std::uint32_t> found = dbscan_detail::run_components(device, pieces, labels, std::uint64_t(n), nullptr, options, st);
-  parallel_chunks(n, 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) {
-      const std::uint32_t l = found[std::size_t(i)];
-      roots[std::size_t(i)] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
-    }
-  });
-  return roots;
+  return dbscan_detail::roots_from_labels(
+      dbscan_detail::run_components(device, pieces, labels, std::uint64_t(n), nullptr, options, st),
+      [](std::int64_t i) { return i; });
 }
 
 /// Component roots in X's order (algorithms::union_find_roots' contract) of a radius graph left on the device by
@@ -249,8 +259,8 @@ inline std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t n = graph.rows;
   if (core.size() != n || order.size() != n) throw invalid_input("DBSCAN components: core flags or order do not match the graph");
-  std::vector<std::int64_t> roots(n, -1);
-  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; })) return roots;
+  if (n == 0 || std::none_of(core.begin(), core.end(), [](std::uint8_t c) { return c != 0; }))
+    return std::vector<std::int64_t>(n, -1);
   const std::uint64_t piece_edges = dbscan_detail::max_piece_edges(device, n, options);
   if (graph.pairs > piece_edges) throw unsupported("DBSCAN's components: the device graph exceeds one piece");
   std::vector<dbscan_detail::Piece> pieces;
@@ -281,14 +291,8 @@ inline std::vector<std::int64_t> dbscan_components(vulkan::Device& device, const
   });
   vulkan::upload(device, position, 0, at.data(), n * 4);
   st.upload_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const std::vector<std::uint32_t> found = dbscan_detail::run_components(device, pieces, labels, n, &position, options, st);
-  parallel_chunks(std::int64_t(n), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t s = b; s < e; ++s) {
-      const std::uint32_t l = found[std::size_t(s)];
-      roots[std::size_t(order[std::size_t(s)])] = l == shader::kNoRoot ? -1 : std::int64_t(l & ~shader::kNotCore);
-    }
-  });
-  return roots;
+  return dbscan_detail::roots_from_labels(dbscan_detail::run_components(device, pieces, labels, n, &position, options, st),
+                                         [&](std::int64_t s) { return order[std::size_t(s)]; });
 }
 
 }  // namespace gpuml::kernels

@@ -137,6 +137,24 @@ struct SplitRule {
   std::uint64_t count_splits() const { return cpu ? max_splits : 1; }
 };
 
+/// Per query, its window of rows [first, last) when both sides are sorted by `sorted_feature` (>= 0) and the metric
+/// bounds a single feature; empty otherwise (every query scans every row).
+template <class T>
+std::vector<std::uint32_t> windows_for(MatrixView<T> database, MatrixView<T> queries, double radius, Metric metric,
+                                       Eigen::Index sorted_feature) {
+  if (sorted_feature >= database.cols())
+    throw invalid_input("radius search: sorted_feature " + std::to_string(sorted_feature) + " of " +
+                        std::to_string(database.cols()) + " features");
+  std::vector<std::uint32_t> windows;
+  if (sorted_feature < 0) return windows;
+  const double reach = algorithms::radius_reach<T>(radius, metric, database.cols(),
+                                                   algorithms::feature_scale(database, queries, sorted_feature));
+  if (std::isinf(reach)) return windows;
+  const std::vector<std::int64_t> w = algorithms::sorted_windows(database, queries, sorted_feature, reach);
+  windows.assign(w.begin(), w.end());
+  return windows;
+}
+
 /// One block's pairs for a run of queries: query i's are found[offsets[i] .. offsets[i + 1]) (global row indices,
 /// kUncertain set on uncertain ones, in no particular order).
 struct BlockPairs {
@@ -204,15 +222,7 @@ algorithms::RadiusResult<T> radius_search(vulkan::Device& device, MatrixView<T> 
   if (budget) fill_cap = std::min<std::uint64_t>(fill_cap, std::max<std::uint64_t>(1, budget / 8 / 4));
 
   // Sorted rows: each query's window of rows (global indices), uploaded per batch.
-  std::vector<std::uint32_t> windows;
-  if (options.sorted_feature >= d) throw invalid_input("radius search: sorted_feature " + std::to_string(options.sorted_feature) + " of " + std::to_string(d) + " features");
-  if (options.sorted_feature >= 0) {
-    const double reach = algorithms::radius_reach<T>(radius, metric, d, algorithms::feature_scale(database, queries, options.sorted_feature));
-    if (!std::isinf(reach)) {
-      const std::vector<std::int64_t> w = algorithms::sorted_windows(database, queries, options.sorted_feature, reach);
-      windows.assign(w.begin(), w.end());
-    }
-  }
+  const std::vector<std::uint32_t> windows = radius_detail::windows_for<T>(database, queries, radius, metric, options.sorted_feature);
   const bool windowed = !windows.empty();
   const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu, windowed);
   const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu, windowed);
@@ -492,16 +502,7 @@ RadiusDeviceGraph radius_self_graph(vulkan::Device& device, MatrixView<T> X, dou
   batch = std::max<std::uint64_t>(1, batch);
 
   auto started = Clock::now();
-  std::vector<std::uint32_t> windows;
-  if (options.sorted_feature >= Eigen::Index(d))
-    throw invalid_input("radius search: sorted_feature " + std::to_string(options.sorted_feature) + " of " + std::to_string(d) + " features");
-  if (options.sorted_feature >= 0) {
-    const double reach = algorithms::radius_reach<T>(radius, metric, std::int64_t(d), algorithms::feature_scale(X, X, options.sorted_feature));
-    if (!std::isinf(reach)) {
-      const std::vector<std::int64_t> w = algorithms::sorted_windows(X, X, options.sorted_feature, reach);
-      windows.assign(w.begin(), w.end());
-    }
-  }
+  const std::vector<std::uint32_t> windows = radius_detail::windows_for<T>(X, X, radius, metric, options.sorted_feature);
   const bool windowed = !windows.empty();
   const vulkan::KernelRef count_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeCount, cpu, windowed);
   const vulkan::KernelRef fill_kernel = radius_detail::make_kernel<T>(device, tile, metric, shader::kModeFill, cpu, windowed);
