@@ -79,7 +79,7 @@ TEST(Backend, FallbackWarnsOnceAndMatchesTheHost) {
   auto chosen = fresh_device_backend();
   if (!chosen) GTEST_SKIP() << "no Vulkan device";
   const Backend backend = *chosen;
-  constexpr int kmax = static_cast<int>(gpuml::kernels::default_knn_policy<float>::max_k);
+  constexpr int kmax = static_cast<int>(gpuml::kernels::kKnnMaxK);
   const int k = kmax + 3;  // beyond the device kernel's k
   const Matrix<float> db = random_matrix<float>(k + 11, 3, gpuml::testing::test_seed() + 2);
   const Matrix<float> q = random_matrix<float>(5, 3, gpuml::testing::test_seed() + 3);

@@ -586,8 +586,8 @@ TYPED_TEST(KMeansTest, KMeansPlusPlusPicksDistinctPositiveWeightSamples) {
   for (Eigen::Index i = 0; i < n; ++i) w[i] = (i % 3 == 0) ? T(0) : T(1 + i % 5);
   FOR_EACH_BACKEND(nb) {
     gpuml::algorithms::NumpyRandomState rng1(gpuml::testing::test_seed()), rng2(gpuml::testing::test_seed());
-    const Matrix<T> C1 = gpuml::detail::run_kmeans_plus_plus<T, gpuml::kmeans_default_policy>(nb.backend, X, w, k, rng1);
-    const Matrix<T> C2 = gpuml::detail::run_kmeans_plus_plus<T, gpuml::kmeans_default_policy>(nb.backend, X, w, k, rng2);
+    const Matrix<T> C1 = gpuml::detail::run_kmeans_plus_plus<T>(nb.backend, X, w, k, rng1);
+    const Matrix<T> C2 = gpuml::detail::run_kmeans_plus_plus<T>(nb.backend, X, w, k, rng2);
     EXPECT_EQ(C1, C2) << "not reproducible for a fixed seed";
     ASSERT_EQ(C1.rows(), k);
     std::set<Eigen::Index> chosen;

@@ -159,7 +159,7 @@ TYPED_TEST(KMeansBoundsTest, BoundedStepsAreThePlainStepsInPartsToo) {
     const std::uint32_t k = 37;
     const Matrix<T> X = blobs<T>(n, d, k, 500, 4.0);
     const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 501, 0.5, 2.0).col(0);
-    using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+    using Engine = gpuml::kernels::LloydEngine<T>;
     Engine plain(*dev.backend.device(), X, w.data(), k, KMeansEStep::plain);
     Engine bounded(*dev.backend.device(), X, w.data(), k, KMeansEStep::bounded);
     ASSERT_FALSE(plain.bounded_e_step());
@@ -211,7 +211,7 @@ TYPED_TEST(KMeansBoundsTest, BoundsBeyondTheMemoryLimitFallBackToThePlainStep) {
     KMeans<T> resident(p, dev.backend);
     resident.fit(X);
     p.e_step = KMeansEStep::bounded;
-    using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+    using Engine = gpuml::kernels::LloydEngine<T>;
     // Room for the samples, labels and partial sums, not for the bounds; then room for half the samples.
     for (const std::uint64_t limit : {std::uint64_t(n) * (d + 2) * sizeof(T) + (64u << 10),
                                       std::uint64_t(n) * d * sizeof(T) / 2 + std::uint64_t(n) * 4 + (64u << 10)}) {

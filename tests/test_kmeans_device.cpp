@@ -123,8 +123,8 @@ TYPED_TEST(KMeansDeviceTest, PredictMatchesReferenceOnAwkwardShapes) {
       p.init_centers = C.template cast<double>();
       p.max_iter = 1;
       KMeans<T> km(p, dev.backend);
-      const Labels gpu = gpuml::detail::run_assign<T, gpuml::kmeans_default_policy>(dev.backend, X, C);
-      const Labels host = gpuml::detail::run_assign<T, gpuml::kmeans_default_policy>(gpuml::Backend::host(), X, C);
+      const Labels gpu = gpuml::detail::run_assign<T>(dev.backend, X, C);
+      const Labels host = gpuml::detail::run_assign<T>(gpuml::Backend::host(), X, C);
       ASSERT_EQ(gpu.size(), s.n);
       expect_nearest<T>(X, C, gpu, gap<T>());
       Eigen::Index differ = 0;
@@ -241,7 +241,7 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
     const std::uint32_t k = 17;
     const Matrix<T> X = random_matrix<T>(n, d, 700, -1.0, 1.0);  // no clusters: centers keep moving for many steps
     const Eigen::VectorX<T> w = (random_matrix<T>(n, 1, 701, 0.5, 2.0)).col(0);
-    using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+    using Engine = gpuml::kernels::LloydEngine<T>;
     Engine whole(*dev.backend.device(), X, w.data(), k), parted(*dev.backend.device(), X, w.data(), k);
     whole.reset_labels();
     parted.reset_labels();
@@ -283,7 +283,7 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
       const Matrix<T> X = lattice_blobs<T>(shape.n, shape.d, shape.k, 950 + shape.k);
       const Eigen::VectorX<T> w = integer_weights<T>(shape.n, 951 + shape.k);
       for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
-        using Engine = gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy>;
+        using Engine = gpuml::kernels::LloydEngine<T>;
         Engine engine(*dev.backend.device(), X, w.data(), shape.k, e_step);
         engine.reset_labels();
         Matrix<T> C = X.topRows(shape.k), sums;
@@ -335,7 +335,7 @@ TYPED_TEST(KMeansDeviceTest, DataBeyondTheDeviceMemoryLimitIsStreamedWithTheSame
     const std::uint64_t limit = std::uint64_t(n) * d * sizeof(T) / 2;  // half of X: the samples cannot stay
     gpuml::ScopedConfig scoped(gpuml::config().set_device_memory_limit(limit));
     {
-      gpuml::kernels::LloydEngine<T, gpuml::kmeans_default_policy> engine(*dev.backend.device(), X, w.data(), 9);
+      gpuml::kernels::LloydEngine<T> engine(*dev.backend.device(), X, w.data(), 9);
       EXPECT_TRUE(engine.streamed());
       gpuml::kernels::PlusPlusEngine<T> seeding(*dev.backend.device(), X, w, 3);
       EXPECT_TRUE(seeding.streamed());

@@ -143,13 +143,14 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
   // passes, and k = 33 gives 2.
   using Small = gpuml::kernels::KnnTile<4, 4, 4, 4, 4, 64, 4096, false>;
   ASSERT_TRUE(Small::can_implement<T>(device->info()));
+  gpuml::kernels::KnnSearchOptions small = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+  small.policy = gpuml::kernels::knn_tile_choice<Small>();
   const Matrix<T> db = random_matrix<T>(5003, 7, 81), q = random_matrix<T>(21, 7, 82);
   for (Metric m : kMetrics)
     for (int k : {1, 8, 33}) {
       SCOPED_TRACE(std::string(metric_name(m)) + " k=" + std::to_string(k));
       gpuml::kernels::KnnSearchStats stats;
-      const auto got = gpuml::kernels::knn_search<T, Small>(*device, db, q, k, m, nullptr,
-                                                            gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, small, &stats);
       EXPECT_EQ(got.stats.sample_rows, stats.sample_rows) << "the result's copy";
       EXPECT_EQ(got.stats.database_blocks, stats.database_blocks) << "the result's copy";
       EXPECT_GT(got.stats.database_blocks, 0u);
@@ -163,13 +164,13 @@ TYPED_TEST(KnnKernel, SmallTilesManySplitsAndMergePasses) {
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
     }
-  EXPECT_THROW((gpuml::kernels::knn_search<T, Small>(*device, db, q, 65, Metric::euclidean)), gpuml::unsupported);
+  EXPECT_THROW((gpuml::kernels::knn_search<T>(*device, db, q, 65, Metric::euclidean, nullptr, small)), gpuml::unsupported);
 }
 
 TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
   using T = TypeParam;
   REQUIRE_DEVICE();
-  constexpr int kmax = static_cast<int>(gpuml::kernels::default_knn_policy<T>::max_k);
+  constexpr int kmax = static_cast<int>(gpuml::kernels::kKnnMaxK);
   const Matrix<T> db = random_matrix<T>(kmax + 37, 6, 21), q = random_matrix<T>(3, 6, 22);
   for (Metric m : {Metric::sqeuclidean, Metric::inner_product})
     for (int k : {kmax - 1, kmax}) {
@@ -429,7 +430,7 @@ TEST(KnnKernelInput, RejectsBadInput) {
   EXPECT_EQ(none.indices.rows(), 0);
   EXPECT_EQ(none.indices.cols(), 3);
   // k above the kernel's limit: unsupported on the device, while the estimator falls back to the host engine.
-  constexpr int kmax = static_cast<int>(gpuml::kernels::default_knn_policy<float>::max_k);
+  constexpr int kmax = static_cast<int>(gpuml::kernels::kKnnMaxK);
   const Matrix<float> wide = random_matrix<float>(kmax + 5, 2, 74);
   EXPECT_THROW(gpuml::kernels::knn_search<float>(*device, wide, q.leftCols(2), kmax + 1, Metric::euclidean),
                gpuml::unsupported);

@@ -17,6 +17,14 @@
 
 namespace {
 
+/// The tile the k-means kernel resolves for a problem (override, stored winner, catalogue).
+struct KMeansResolved {
+  template <class T>
+  static gpuml::KMeansTileParams params(const gpuml::vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+    return gpuml::kernels::resolve_tile<gpuml::KMeansTileTraits, T>(device, {k, d});
+  }
+};
+
 namespace tuning = gpuml::tuning;
 using gpuml::KMeansTileParams;
 using gpuml::Matrix;
@@ -132,7 +140,7 @@ TEST(TuningStore, CorruptFilesAreIgnoredWithAWarning) {
 
     tuning::reload_store();  // the process's store: the same warning, and the catalogue tile
     EXPECT_FALSE(tuning::stored_params(gpu, kSeedKey));
-    EXPECT_EQ(gpuml::kmeans_default_policy::params<float>(gpu, 127, 14), gpuml::kmeans_catalogue_tile(gpu));
+    EXPECT_EQ(KMeansResolved::params<float>(gpu, 127, 14), gpuml::kmeans_catalogue_tile(gpu));
     EXPECT_EQ(warnings.messages.size(), 2u);
   }
 
@@ -242,29 +250,29 @@ TEST(KMeansPolicy, OverrideThenStoredWinnerThenCatalogue) {
   store.put(gpu, kSeedKey, winner.to_params(), 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  using Policy = gpuml::kmeans_default_policy;
+  using Resolve = KMeansResolved;
   const KMeansTileParams catalogue = gpuml::kmeans_catalogue_tile(gpu);
   ASSERT_NE(winner, catalogue);
 
-  EXPECT_EQ(Policy::params<float>(gpu, 127, 14), winner);
-  EXPECT_EQ(Policy::params<float>(gpu, 2, 32), winner) << "the same shape class";
-  EXPECT_EQ(Policy::params<double>(gpu, 127, 14), catalogue) << "no float64 winner";
-  EXPECT_EQ(Policy::params<float>(gpu, 129, 14), catalogue) << "another shape class";
+  EXPECT_EQ(Resolve::params<float>(gpu, 127, 14), winner);
+  EXPECT_EQ(Resolve::params<float>(gpu, 2, 32), winner) << "the same shape class";
+  EXPECT_EQ(Resolve::params<double>(gpu, 127, 14), catalogue) << "no float64 winner";
+  EXPECT_EQ(Resolve::params<float>(gpu, 129, 14), catalogue) << "another shape class";
   DeviceInfo other = gpu;
   other.driver_version += 1;
-  EXPECT_EQ(Policy::params<float>(other, 127, 14), catalogue) << "another driver";
+  EXPECT_EQ(Resolve::params<float>(other, 127, 14), catalogue) << "another driver";
   {
     gpuml::ScopedConfig off(gpuml::config().set_tuning(false));
-    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), catalogue);
+    EXPECT_EQ(Resolve::params<float>(gpu, 127, 14), catalogue);
   }
   {
     gpuml::ScopedConfig tile(gpuml::config().set_kmeans_tile("64,4,4,8,128"));
-    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{64, 4, 4, 8, 128}));
+    EXPECT_EQ(Resolve::params<float>(gpu, 127, 14), (KMeansTileParams{64, 4, 4, 8, 128}));
   }
   CapturedWarnings warnings;
   for (const char* bad : {"64,4,4,8", "64,4,4,8,128,32,1", "64;4;4;8;128", "100,4,4,8,128", "64,4,4,8,128x"}) {
     gpuml::ScopedConfig tile(gpuml::config().set_kmeans_tile(bad));
-    EXPECT_EQ(Policy::params<float>(gpu, 127, 14), winner) << bad;
+    EXPECT_EQ(Resolve::params<float>(gpu, 127, 14), winner) << bad;
   }
   EXPECT_EQ(warnings.messages.size(), 5u);
 }
@@ -278,21 +286,21 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   store.put(gpu, {gpuml::kKMeansKernel, "d>32,k<=128", "f32"}, {128, 4, 8, 16, 100, 0}, 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  using Policy = gpuml::kmeans_default_policy;
+  using Resolve = KMeansResolved;
   const KMeansTileParams catalogue = gpuml::kmeans_catalogue_tile(gpu);
 
   CapturedWarnings warnings;
-  EXPECT_EQ(Policy::params<float>(gpu, 127, 14), (KMeansTileParams{1024, 1, 8, 16, 128}));
+  EXPECT_EQ(Resolve::params<float>(gpu, 127, 14), (KMeansTileParams{1024, 1, 8, 16, 128}));
   // 1024 threads cannot run 127 centers' masks beside centers in 8 KiB of shared memory: quietly the catalogue.
   DeviceInfo small = gpu;
   small.max_shared_memory = 8 * 1024;
   ASSERT_TRUE(gpuml::kmeans_can_implement<float>(small, catalogue, 127, 14));
-  EXPECT_EQ(Policy::params<float>(small, 127, 14), catalogue);
+  EXPECT_EQ(Resolve::params<float>(small, 127, 14), catalogue);
   EXPECT_TRUE(warnings.messages.empty());
   // Entries that are not tiles: the catalogue, with one warning each however often they are looked up.
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(Policy::params<float>(gpu, 512, 16), catalogue);
-    EXPECT_EQ(Policy::params<float>(gpu, 64, 64), catalogue);
+    EXPECT_EQ(Resolve::params<float>(gpu, 512, 16), catalogue);
+    EXPECT_EQ(Resolve::params<float>(gpu, 64, 64), catalogue);
   }
   EXPECT_EQ(warnings.messages.size(), 2u);
 
@@ -303,9 +311,9 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   store.put(cpu, {gpuml::kKMeansKernel, "d>32,k>128", "f32"}, cpu_winner.to_params(), 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  EXPECT_EQ(Policy::params<float>(cpu, 256, 64), cpu_winner);
+  EXPECT_EQ(Resolve::params<float>(cpu, 256, 64), cpu_winner);
   // There the catalogue itself gives way to the CPU tile with the fewest loops (a feature tile of 32).
-  const KMeansTileParams wide = Policy::params<float>(cpu, 1024, 1024);
+  const KMeansTileParams wide = Resolve::params<float>(cpu, 1024, 1024);
   EXPECT_EQ(wide, gpuml::kmeans_catalogue_tile<float>(cpu, 1024, 1024));
   EXPECT_NE(wide, gpuml::kmeans_catalogue_tile(cpu));
   EXPECT_EQ(wide.feature_tile, 32u);
@@ -343,18 +351,28 @@ TEST(TilePolicy, CanImplementSaysWhyAndTheResolverFallsToTheCatalogue) {
             k::KnnTileTraits::encode(k::KnnTileTraits::catalogue<float>(fake_gpu())));
   EXPECT_EQ(k::DistanceTileTraits::encode(k::resolve_tile<k::DistanceTileTraits, double>(fake_gpu(), {0, 128})),
             (std::vector<std::uint32_t>{16, 16, 8, 8, 8}));
-  // A runtime tile is used while its Use lives, then the catalogue again.
-  {
-    gpuml::RuntimeKMeansTile::Use use({64, 2, 4, 8, 128});
-    EXPECT_EQ(gpuml::RuntimeKMeansTile::params<float>(fake_gpu(), 127, 14), (KMeansTileParams{64, 2, 4, 8, 128}));
-  }
-  EXPECT_EQ(gpuml::RuntimeKMeansTile::params<float>(fake_gpu(), 127, 14), gpuml::kmeans_catalogue_tile<float>(fake_gpu(), 127, 14));
+  // A kernel's tile: the fixed one where given (a compile-time policy's, the tuner's candidate), else the resolver's.
+  EXPECT_EQ((k::choose_tile<gpuml::KMeansTileTraits, float>(KMeansTileParams{64, 2, 4, 8, 128}, fake_gpu(), {127, 14})),
+            (KMeansTileParams{64, 2, 4, 8, 128}));
+  EXPECT_EQ((k::choose_tile<gpuml::KMeansTileTraits, float>(std::nullopt, fake_gpu(), {127, 14})),
+            gpuml::kmeans_catalogue_tile<float>(fake_gpu(), 127, 14));
+  EXPECT_EQ((k::choose_tile<gpuml::KMeansTileTraits, float>(gpuml::KMeansTile<64, 2, 4, 8, 128>::fixed_tile, fake_gpu(),
+                                                             {127, 14})),
+            (KMeansTileParams{64, 2, 4, 8, 128}))
+      << "a compile-time policy's tile";
+  EXPECT_FALSE(gpuml::kmeans_default_policy::fixed_tile) << "the default policy leaves the tile to the resolver";
 }
 
 // ---- k-NN ----------------------------------------------------------------------------------------------------
 
-using KnnPolicy = gpuml::kernels::knn_default_policy;
 using KnnTraits = gpuml::kernels::KnnTileTraits;
+/// The tile the k-NN kernel resolves for a problem (override, stored winner, catalogue).
+struct KnnResolved {
+  template <class T>
+  static gpuml::kernels::KnnTileParams params(const gpuml::vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
+    return gpuml::kernels::resolve_tile<KnnTraits, T>(device, {k, d});
+  }
+};
 using gpuml::kernels::KnnTileParams;
 tuning::Params P(const KnnTileParams& t) { return KnnTraits::encode(t); }
 
@@ -369,28 +387,28 @@ TEST(KnnPolicy, OverrideThenStoredWinnerThenCatalogue) {
   const KnnTileParams catalogue = KnnTraits::catalogue<float>(gpu);
   ASSERT_NE(P(winner), P(catalogue));
 
-  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner));
-  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 32, 33)), P(winner)) << "the same shape class";
-  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(catalogue)) << "another shape class";
-  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue)) << "another shape class";
-  EXPECT_EQ(P(KnnPolicy::params<double>(gpu, 10, 128)), P(KnnTraits::catalogue<double>(gpu))) << "no float64 winner";
+  EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 128)), P(winner));
+  EXPECT_EQ(P(KnnResolved::params<float>(gpu, 32, 33)), P(winner)) << "the same shape class";
+  EXPECT_EQ(P(KnnResolved::params<float>(gpu, 100, 128)), P(catalogue)) << "another shape class";
+  EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 16)), P(catalogue)) << "another shape class";
+  EXPECT_EQ(P(KnnResolved::params<double>(gpu, 10, 128)), P(KnnTraits::catalogue<double>(gpu))) << "no float64 winner";
   {
     gpuml::ScopedConfig off(gpuml::config().set_tuning(false));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(catalogue));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 128)), P(catalogue));
   }
   {
     gpuml::ScopedConfig tile(gpuml::config().set_knn_tile("8,8,4,4,8"));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(KnnTileParams{8, 8, 4, 4, 8, 1024}));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 128)), P(KnnTileParams{8, 8, 4, 4, 8, 1024}));
   }
   {
     gpuml::ScopedConfig tile(gpuml::config().set_knn_tile("8,16,8,4,16,4096"));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 16)), P(KnnTileParams{8, 16, 8, 4, 16, 4096}));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 100, 16)), P(KnnTileParams{8, 16, 8, 4, 16, 4096}));
   }
   CapturedWarnings warnings;
   for (const char* bad : {"8,8,4,4", "8,8,4,4,8,1024,1", "8;8;4;4;8", "8,8,6,4,8", "64,64,8,8,8", "8,8,4,4,8x"}) {
     gpuml::ScopedConfig tile(gpuml::config().set_knn_tile(bad));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 128)), P(winner)) << bad;
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 128)), P(winner)) << bad;
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 128)), P(winner)) << bad;
   }
   EXPECT_EQ(warnings.messages.size(), 6u) << "one warning per value";
 }
@@ -407,16 +425,16 @@ TEST(KnnPolicy, StoredEntriesThatCannotRunGiveTheCatalogue) {
   const KnnTileParams catalogue = KnnTraits::catalogue<float>(gpu);
   CapturedWarnings warnings;
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 10, 16)), P(catalogue));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 16)), P(catalogue));
-    EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(catalogue));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 10, 16)), P(catalogue));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 100, 16)), P(catalogue));
+    EXPECT_EQ(P(KnnResolved::params<float>(gpu, 100, 128)), P(catalogue));
   }
   EXPECT_EQ(warnings.messages.size(), 3u) << "one warning per entry";
   // A valid entry for the same device is used.
   store.put(gpu, {KnnTraits::kernel, "d>32,k>32", "f32"}, P(KnnTileParams{8, 8, 8, 8, 16, 512}), 1.0);
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
-  EXPECT_EQ(P(KnnPolicy::params<float>(gpu, 100, 128)), P(KnnTileParams{8, 8, 8, 8, 16, 512}));
+  EXPECT_EQ(P(KnnResolved::params<float>(gpu, 100, 128)), P(KnnTileParams{8, 8, 8, 8, 16, 512}));
 }
 
 // ---- On the Vulkan device (lavapipe in CI) -----------------------------------------------------------------
@@ -425,6 +443,68 @@ std::shared_ptr<gpuml::vulkan::Device> test_device() {
   for (auto& b : gpuml::testing::backends())
     if (b.backend.is_vulkan()) return b.backend.shared_device();
   return nullptr;
+}
+
+// A compile-time policy at the API reaches the kernels as a value: a fixed tile the device can run gives the default
+// policy's result, one it cannot (a subgroup size no device has, k above the policy's max_k) sends the work to the
+// host with run_on's warning, and the host's result comes back.
+TEST(CompileTimePolicy, ReachesTheKernelsThroughTheEstimators) {
+  gpuml::Backend backend = gpuml::Backend::host();
+  for (auto& b : gpuml::testing::backends())
+    if (b.backend.is_vulkan()) backend = b.backend;
+  if (!backend.is_vulkan()) GTEST_SKIP() << "no Vulkan device";
+  const std::uint64_t seed = gpuml::testing::test_seed();
+  const Matrix<double> centers = gpuml::testing::random_matrix<double>(7, 6, seed + 1, -10.0, 10.0);
+  const Matrix<double> noise = gpuml::testing::random_matrix<double>(3001, 6, seed + 2, -0.5, 0.5);
+  Matrix<float> X(3001, 6);
+  for (Eigen::Index i = 0; i < X.rows(); ++i) X.row(i) = (centers.row(i % 7) + noise.row(i)).cast<float>();
+  const Matrix<float> Q = gpuml::testing::random_matrix<double>(41, 6, seed + 3, -10.0, 10.0).cast<float>();
+
+  // k-NN: KnnTile's tile and max_k (8) travel in KnnSearchOptions::policy.
+  using SmallKnn = gpuml::kernels::KnnTile<4, 4, 4, 4, 4, 8>;
+  gpuml::NearestNeighbors<float> plain({}, backend);
+  gpuml::NearestNeighbors<float, SmallKnn> small({}, backend);
+  plain.fit(X);
+  small.fit(X);
+  {
+    CapturedWarnings warnings;
+    EXPECT_TRUE(small.kneighbors(Q, 8).indices == plain.kneighbors(Q, 8).indices);
+    EXPECT_TRUE(warnings.messages.empty()) << warnings.messages.front();
+  }
+  {
+    CapturedWarnings warnings;
+    const auto wide = small.kneighbors(Q, 9);
+    EXPECT_TRUE(wide.indices == plain.kneighbors(Q, 9).indices);
+    ASSERT_EQ(warnings.messages.size(), 1u) << "k = 9 is above the policy's max_k: the host searched";
+    EXPECT_NE(warnings.messages[0].find("k <= 8"), std::string::npos) << warnings.messages[0];
+  }
+
+  // k-means: a runnable fixed tile, and one pinning a subgroup size of 128 lanes, which no device runs.
+  gpuml::KMeansParams p;
+  p.n_clusters = 7;
+  p.random_state = seed;
+  gpuml::KMeans<float> by_default(p, backend);
+  gpuml::KMeans<float, gpuml::KMeansTile<64, 2, 4, 8, 128>> fixed(p, backend);
+  gpuml::KMeans<float, gpuml::KMeansTile<128, 4, 4, 8, 128, 128>> unrunnable(p, backend);
+  gpuml::KMeans<float> on_host(p, gpuml::Backend::host());
+  by_default.fit(X);
+  {
+    CapturedWarnings warnings;
+    fixed.fit(X);
+    EXPECT_TRUE(warnings.messages.empty()) << warnings.messages.front();
+  }
+  EXPECT_TRUE(fixed.labels() == by_default.labels());
+  EXPECT_NEAR(fixed.inertia(), by_default.inertia(), 1e-5 * by_default.inertia());
+  on_host.fit(X);
+  {
+    CapturedWarnings warnings;
+    unrunnable.fit(X);
+    ASSERT_FALSE(warnings.messages.empty()) << "the device cannot run the tile: the host fitted";
+    EXPECT_NE(warnings.messages[0].find("subgroup"), std::string::npos) << warnings.messages[0];
+  }
+  EXPECT_TRUE(unrunnable.labels() == on_host.labels());
+  EXPECT_EQ(unrunnable.inertia(), on_host.inertia());
+  EXPECT_TRUE(unrunnable.predict(Q) == on_host.predict(Q));
 }
 
 TEST(Tuner, PinnedSubgroupSizeBuildsWhereTheDeviceAllowsIt) {
@@ -440,7 +520,8 @@ TEST(Tuner, PinnedSubgroupSizeBuildsWhereTheDeviceAllowsIt) {
   ASSERT_EQ(gpuml::kmeans_tile_misfit<float>(info, tile, 127, 14), "");
   // The pipeline with VkPipelineShaderStageRequiredSubgroupSizeCreateInfo: the validation layer (strict in the
   // tests) checks the feature is enabled and the size is allowed.
-  const auto plan = gpuml::kernels::plan_lloyd<float>(info, tile, 127, 14);
+  gpuml::kernels::LloydPlan plan;
+  ASSERT_EQ(gpuml::kernels::plan_lloyd<float>(info, tile, 127, 14, false, plan), "");
   const std::uint64_t before = gpuml::vulkan::validation_message_count();
   device->kernel(gpuml::shaders::kmeans_lloyd_kernel::spec(plan.constants(), tile.subgroup_size));
   EXPECT_EQ(gpuml::vulkan::validation_message_count(), before);
@@ -609,7 +690,7 @@ TEST(Tuner, KnnProblemsOnCpuDevicesAreCutLikeRealSearches) {
       ASSERT_TRUE(tile);
       if (!KnnTraits::shape_misfit<float>(info, *tile).empty()) continue;
       EXPECT_NE(m % tile->block_queries(), 0u) << shape << " " << KnnTraits::text(*tile);
-      const auto plan = gpuml::kernels::knn_detail::plan<float, KnnPolicy>(*device, *tile, range.max, m, s.d, s.k);
+      const auto plan = gpuml::kernels::knn_detail::cut<float>(info, device->max_buffer_bytes(), *tile, range.max, m, s.d, s.k);
       const std::uint64_t groups = (m + tile->block_queries() - 1) / tile->block_queries() * plan.splits;
       EXPECT_GE(groups, 4u) << shape << " " << KnnTraits::text(*tile);
       EXPECT_GE(plan.splits, 2u) << shape << " " << KnnTraits::text(*tile);
@@ -641,7 +722,7 @@ TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
   // gpuml now uses the winner by default.
   const auto winner = KMeansTileParams::from_params(r.candidates[r.winner].params);
   ASSERT_TRUE(winner);
-  EXPECT_EQ(gpuml::kmeans_default_policy::params<float>(info, 127, 14), *winner);
+  EXPECT_EQ(KMeansResolved::params<float>(info, 127, 14), *winner);
 
   // The winner's, the catalogue's and the worst tile's fits agree: separated blobs, the same initial centers.
   const Eigen::Index n = 3000, d = 14, k = 127;
@@ -651,11 +732,11 @@ TEST(Tuner, TinyRunStoresAWinnerThatFitsLikeTheCatalogueTile) {
   for (Eigen::Index i = 0; i < n; ++i) X.row(i) = (centers.row(i % k) + noise.row(i)).cast<float>();
   const Matrix<float> init = X.topRows(k);
   const gpuml::Vector<float> w = gpuml::Vector<float>::Ones(n);
-  const auto tuned = gpuml::kernels::lloyd<float, gpuml::kmeans_default_policy>(*device, X, w, init, 20, 0.0, false);
+  const auto tuned = gpuml::kernels::lloyd<float>(*device, X, w, init, 20, 0.0, false);
   for (int other : {0, r.worst}) {
     const auto tile = KMeansTileParams::from_params(r.candidates[other].params);
-    gpuml::RuntimeKMeansTile::Use use(*tile);
-    const auto fit = gpuml::kernels::lloyd<float, gpuml::RuntimeKMeansTile>(*device, X, w, init, 20, 0.0, false);
+    const auto fit = gpuml::kernels::lloyd<float>(*device, X, w, init, 20, 0.0, false, {}, {},
+                                                  gpuml::KMeansEStep::automatic, nullptr, *tile);
     EXPECT_TRUE((fit.labels.array() == tuned.labels.array()).all()) << "tile " << tile->text();
     EXPECT_NEAR(fit.inertia, tuned.inertia, 1e-5 * tuned.inertia) << "tile " << tile->text();
     EXPECT_EQ(fit.n_iter, tuned.n_iter);
@@ -683,7 +764,7 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   // gpuml now uses the winner by default.
   const auto winner = KnnTraits::decode(r.candidates[r.winner].params);
   ASSERT_TRUE(winner);
-  EXPECT_EQ(P(KnnPolicy::params<float>(info, 10, 16)), P(*winner));
+  EXPECT_EQ(P(KnnResolved::params<float>(info, 10, 16)), P(*winner));
 
   // The winner's, the catalogue's and the worst tile's searches find the same neighbours.
   const Matrix<float> X = gpuml::testing::random_matrix<double>(5000, 16, 81, -1.0, 1.0).cast<float>();
@@ -691,8 +772,9 @@ TEST(Tuner, TinyKnnRunStoresAWinnerThatSearchesLikeTheCatalogueTile) {
   const auto tuned = gpuml::kernels::knn_search<float>(*device, X, Q, 10, gpuml::Metric::euclidean);
   for (int other : {0, r.worst}) {
     const auto tile = KnnTraits::decode(r.candidates[other].params);
-    tuning::RuntimeKnnTile::Use use(*tile);
-    const auto found = gpuml::kernels::knn_search<float, tuning::RuntimeKnnTile>(*device, X, Q, 10, gpuml::Metric::euclidean);
+    gpuml::kernels::KnnSearchOptions search = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+    search.policy.tile = *tile;
+    const auto found = gpuml::kernels::knn_search<float>(*device, X, Q, 10, gpuml::Metric::euclidean, nullptr, search);
     EXPECT_TRUE((found.indices.array() == tuned.indices.array()).all()) << "tile " << KnnTraits::text(*tile);
   }
 }

@@ -103,7 +103,7 @@ nb::tuple predict(In2<T> X, In2<T> centers, const std::string& device) {
   auto labels = released(warnings, [&] {
     const gpuml::Matrix<T> c = view(centers);
     gpuml::checks::data(view(X), "X");
-    return gpuml::detail::run_assign<T, gpuml::kmeans_default_policy>(backend_for(device), view(X), c);
+    return gpuml::detail::run_assign<T>(backend_for(device), view(X), c);
   });
   return nb::make_tuple(to_numpy(std::move(labels)), warnings);
 }

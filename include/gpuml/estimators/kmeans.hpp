@@ -19,7 +19,7 @@
 
 namespace gpuml {
 
-struct kmeans_default_policy;  // kernels/kmeans_policy.hpp
+struct kmeans_default_policy;  // policy/kmeans.hpp
 
 template <class T, class Policy = kmeans_default_policy>
 class KMeans {

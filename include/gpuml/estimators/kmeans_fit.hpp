@@ -18,7 +18,7 @@
 #include <gpuml/host/kmeans.hpp>
 #include <gpuml/kernels/kmeans.hpp>
 #include <gpuml/kernels/kmeans_plus_plus.hpp>
-#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/policy/kmeans.hpp>
 #include <gpuml/select.hpp>
 
 #include <chrono>
@@ -45,22 +45,25 @@ decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
   return fn(MatrixView<T>(Xc));
 }
 
-template <class T, class Policy>
+// `tile`, where an engine takes one: the policy's fixed tile (Policy::fixed_tile), none for the resolver's.
+
+template <class T>
 host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
                                const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
-                               kernels::ResidentSamples<T>* resident = nullptr) {
+                               kernels::ResidentSamples<T>* resident = nullptr,
+                               const std::optional<KMeansTileParams>& tile = {}) {
   // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
   if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
   return run_on<T>(
       backend, "KMeans",
       [&] {
         if (backend.device_count() == 1)
-          return kernels::lloyd<T, Policy>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                           keep_going, e_step, resident);
+          return kernels::lloyd<T>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
+                                   keep_going, e_step, resident, tile);
         std::vector<vulkan::Device*> devices;
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T, Policy>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step);
+        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step, tile);
       },
       [&] {
         return with_centred_copy(X, [&](MatrixView<T> Xc) {
@@ -69,7 +72,7 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
       });
 }
 
-template <class T, class Policy>
+template <class T>
 Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k,
                                algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident = nullptr,
                                std::vector<std::int64_t>* chosen = nullptr) {
@@ -83,14 +86,15 @@ Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorV
       });
 }
 
-template <class T, class Policy>
-Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
+template <class T>
+Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers,
+                  const std::optional<KMeansTileParams>& tile = {}) {
   return run_on<T>(
-      backend, "KMeans.predict", [&] { return kernels::assign<T, Policy>(*backend.device(), X, centers); },
+      backend, "KMeans.predict", [&] { return kernels::assign<T>(*backend.device(), X, centers, tile); },
       [&] { return host::assign<T>(X, centers); });
 }
 
-template <class T, class Policy>
+template <class T>
 Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
   return run_on<T>(
       backend, "KMeans.transform", [&] { return kernels::transform<T>(*backend.device(), X, centers); },
@@ -99,11 +103,12 @@ Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>
 
 /// sum_i w_i ||x_i - c_{l_i}||^2 with l_i the nearest center (scikit-learn's score, negated), labels and sum on one
 /// engine.
-template <class T, class Policy>
-double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
+template <class T>
+double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers,
+                          const std::optional<KMeansTileParams>& tile = {}) {
   return run_on<T>(
       backend, "KMeans.score",
-      [&] { return kernels::labels_inertia<T, Policy>(*backend.device(), X, w, centers); },
+      [&] { return kernels::labels_inertia<T>(*backend.device(), X, w, centers, tile); },
       [&] { return host::inertia<T>(X, w, centers, host::assign<T>(X, centers)); });
 }
 
@@ -177,11 +182,12 @@ struct KMeansInputs {
 
 /// The rows of a fit held by this process, on one backend: what fit_kmeans_on asks of where the rows are. The MPI
 /// estimator's mpi::detail::RankRows answers the same for the rows of every rank (sums added across ranks, engines
-/// spanning the ranks); the driver is the same.
-template <class T, class Policy>
+/// spanning the ranks); the driver is the same. `tile`: the policy's fixed tile for the Lloyd engines (none: resolved).
+template <class T>
 class LocalRows {
  public:
-  explicit LocalRows(Backend backend) : backend_(std::move(backend)) {}
+  explicit LocalRows(Backend backend, std::optional<KMeansTileParams> tile = {})
+      : backend_(std::move(backend)), tile_(tile) {}
 
   void check_non_empty(MatrixView<T> X) const { checks::non_empty(X, "X"); }
   std::int64_t total_rows(std::int64_t n) const { return n; }
@@ -199,13 +205,13 @@ class LocalRows {
   Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
                              algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
     if (p.init == "k-means++")
-      return run_kmeans_plus_plus<T, Policy>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen);
+      return run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen);
     return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
   }
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
                                    const KMeansParams& p, double tol_absolute) {
-    return run_lloyd<T, Policy>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration,
-                                p.keep_going, p.e_step, &resident_);
+    return run_lloyd<T>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration, p.keep_going,
+                        p.e_step, &resident_, tile_);
   }
   bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(a, b, k); }
   int distinct_labels(const Labels& labels, int k) const { return algorithms::distinct_labels(labels, k); }
@@ -213,6 +219,7 @@ class LocalRows {
 
  private:
   Backend backend_;
+  std::optional<KMeansTileParams> tile_;
   kernels::ResidentSamples<T> resident_;  // X and the weights on the device: uploaded once for every run
 };
 
@@ -289,7 +296,8 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
 template <class T, class Policy = kmeans_default_policy>
 KMeansFit<T> fit_kmeans(const Backend& backend, MatrixView<T> X, const VectorView<T>* sample_weight,
                         const KMeansParams& p, algorithms::NumpyRandomState& random_state) {
-  detail::LocalRows<T, Policy> rows(backend);
+  static_assert(KMeansPolicy<Policy>, "a k-means policy gives a static fixed_tile (see policy/kmeans.hpp)");
+  detail::LocalRows<T> rows(backend, Policy::fixed_tile);
   return fit_kmeans_on<T>(rows, X, sample_weight, p, random_state);
 }
 
@@ -308,7 +316,7 @@ std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, Matrix
   p.init_centers.reset();
   algorithms::check_kmeans_params(p);
   checks::non_empty(X, "X");
-  detail::LocalRows<T, Policy> rows(backend);
+  detail::LocalRows<T> rows(backend, Policy::fixed_tile);
   const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
   const ShiftedView<T> Xc(X, in.mean.data());
   std::vector<std::int64_t> chosen;

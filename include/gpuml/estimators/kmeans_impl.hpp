@@ -3,7 +3,7 @@
 
 #include <gpuml/estimators/kmeans.hpp>
 #include <gpuml/estimators/kmeans_fit.hpp>
-#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/policy/kmeans.hpp>
 
 #include <limits>
 #include <string>
@@ -38,13 +38,13 @@ KMeans<T, Policy>& KMeans<T, Policy>::set_cluster_centers(MatrixView<T> centers)
 template <class T, class Policy>
 Labels KMeans<T, Policy>::predict(MatrixView<T> X) const {
   check_input(X);
-  return detail::run_assign<T, Policy>(backend_, X, centers_);
+  return detail::run_assign<T>(backend_, X, centers_, Policy::fixed_tile);
 }
 
 template <class T, class Policy>
 Matrix<T> KMeans<T, Policy>::transform(MatrixView<T> X) const {
   check_input(X);
-  return detail::run_transform<T, Policy>(backend_, X, centers_);
+  return detail::run_transform<T>(backend_, X, centers_);
 }
 
 template <class T, class Policy>
@@ -62,7 +62,7 @@ double KMeans<T, Policy>::score(MatrixView<T> X, VectorView<T> sample_weight) co
   for (Eigen::Index i = 0; i < sample_weight.size(); ++i)
     if (sample_weight[i] < 0)
       throw invalid_input("sample_weight must be non-negative (negative at " + std::to_string(i) + ")");
-  return -detail::run_labels_inertia<T, Policy>(backend_, X, sample_weight, centers_);
+  return -detail::run_labels_inertia<T>(backend_, X, sample_weight, centers_, Policy::fixed_tile);
 }
 
 }  // namespace gpuml

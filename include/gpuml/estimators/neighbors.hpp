@@ -29,7 +29,8 @@ namespace gpuml {
 
 namespace kernels {
 template <class T>
-class KnnDatabase;  // kernels/knn.hpp: the database kept on a device
+class KnnDatabase;          // kernels/knn.hpp: the database kept on a device
+struct knn_default_policy;  // policy/knn.hpp
 }  // namespace kernels
 
 template <class T>
@@ -173,8 +174,9 @@ Matrix<T> neighbor_mean(const KnnResult<T>& r, Weights weights, Eigen::Index out
 
 }  // namespace detail
 
-/// Unsupervised neighbour search (sklearn.neighbors.NearestNeighbors, algorithm="brute").
-template <class T>
+/// Unsupervised neighbour search (sklearn.neighbors.NearestNeighbors, algorithm="brute"). `Policy`: the k-NN
+/// kernel's tile policy (policy/knn.hpp: kernels::knn_default_policy, or a fixed kernels::KnnTile<...>).
+template <class T, class Policy = kernels::knn_default_policy>
 class NearestNeighbors {
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
 
@@ -282,14 +284,15 @@ class NearestNeighbors {
 };
 
 /// sklearn.neighbors.KNeighborsClassifier (brute force). Labels are any int32 values; classes() is sorted.
-template <class T>
+/// `Policy`: the k-NN kernel's tile policy, as NearestNeighbors'.
+template <class T, class Policy = kernels::knn_default_policy>
 class KNeighborsClassifier {
  public:
   explicit KNeighborsClassifier(NeighborsParams p = {}, Backend backend = default_backend())
       : params_(std::move(p)), backend_(std::move(backend)) {}
 
   KNeighborsClassifier& fit(MatrixView<T> X, const Labels& y) {
-    NearestNeighbors<T> nn(params_, backend_);
+    NearestNeighbors<T, Policy> nn(params_, backend_);
     const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
     checks::data(X, "X");
     checks::same_length(X.rows(), y.size(), "y");
@@ -313,7 +316,7 @@ class KNeighborsClassifier {
     require_fitted();
     return classes_;
   }
-  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+  const NearestNeighbors<T, Policy>& neighbors() const noexcept { return nn_; }
   const NeighborsParams& params() const noexcept { return params_; }
 
  private:
@@ -332,7 +335,7 @@ class KNeighborsClassifier {
 
   NeighborsParams params_;
   Backend backend_;
-  NearestNeighbors<T> nn_{params_, backend_};
+  NearestNeighbors<T, Policy> nn_{params_, backend_};
   detail::Weights weights_ = detail::Weights::uniform;
   Labels classes_;
   std::vector<std::int32_t> encoded_;
@@ -340,14 +343,15 @@ class KNeighborsClassifier {
 
 /// sklearn.neighbors.KNeighborsRegressor (brute force): mean or inverse-distance weighted mean of the
 /// neighbours' targets, for one or several outputs.
-template <class T>
+/// `Policy`: the k-NN kernel's tile policy, as NearestNeighbors'.
+template <class T, class Policy = kernels::knn_default_policy>
 class KNeighborsRegressor {
  public:
   explicit KNeighborsRegressor(NeighborsParams p = {}, Backend backend = default_backend())
       : params_(std::move(p)), backend_(std::move(backend)) {}
 
   KNeighborsRegressor& fit(MatrixView<T> X, const Matrix<T>& y) {
-    NearestNeighbors<T> nn(params_, backend_);
+    NearestNeighbors<T, Policy> nn(params_, backend_);
     const detail::Weights weights = detail::parse_weights(params_.weights, parse_metric(params_.metric));
     checks::data(X, "X");
     checks::data(y, "y");
@@ -371,7 +375,7 @@ class KNeighborsRegressor {
     return detail::neighbor_mean<T>(r, weights_, y_.cols(), [&](Eigen::Index i, int c) { return y_.row(r.indices(i, c)); });
   }
 
-  const NearestNeighbors<T>& neighbors() const noexcept { return nn_; }
+  const NearestNeighbors<T, Policy>& neighbors() const noexcept { return nn_; }
   const NeighborsParams& params() const noexcept { return params_; }
 
  private:
@@ -381,7 +385,7 @@ class KNeighborsRegressor {
 
   NeighborsParams params_;
   Backend backend_;
-  NearestNeighbors<T> nn_{params_, backend_};
+  NearestNeighbors<T, Policy> nn_{params_, backend_};
   detail::Weights weights_ = detail::Weights::uniform;
   Matrix<T> y_;
 };

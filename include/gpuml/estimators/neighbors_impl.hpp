@@ -25,7 +25,7 @@ namespace detail {
 /// The engine for a backend, by gpuml::run_on's rule: the Vulkan kernel (kernels::knn_search) on a Vulkan
 /// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
 /// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
-/// limit (default_knn_policy<T>::max_k, 2048), a tile policy the device cannot run, one row larger than a
+/// limit (the policy's max_k, kernels::kKnnMaxK = 2048 by default), a tile policy the device cannot run, one row larger than a
 /// storage-buffer binding, or more than 2^32 - 2 database rows. `resident` is the database kept on the device by fit. Both engines return the same result contract
 /// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
 /// The search on `backend`. `database_max_abs` (the largest magnitude in the database, kept by fit) decides with
@@ -35,7 +35,7 @@ namespace detail {
 template <class T>
 KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
                      const kernels::KnnDatabase<T>* resident = nullptr, double database_max_abs = -1,
-                     const ProgressCallback& on_progress = {}) {
+                     const ProgressCallback& on_progress = {}, const kernels::KnnTileChoice& policy = {}) {
   if constexpr (std::is_same_v<T, float>) {
     if (database_max_abs < 0) database_max_abs = max_abs<T>(database);
     if (values_may_overflow<T>(std::max(database_max_abs, max_abs<T>(queries)), database.cols(), metric)) {
@@ -49,6 +49,7 @@ KnnResult<T> run_knn(const Backend& backend, MatrixView<T> database, MatrixView<
       [&] {
         kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
         options.on_progress = on_progress;
+        options.policy = policy;
         return kernels::knn_search<T>(*backend.device(), database, queries, k, metric, resident, options);
       },
       [&] { return host::knn_search<T>(database, queries, k, metric, on_progress); });
@@ -80,8 +81,8 @@ RadiusResult<T> run_radius(const Backend& backend, MatrixView<T> database, Matri
 
 }  // namespace detail
 
-template <class T>
-NearestNeighbors<T>& NearestNeighbors<T>::fit(MatrixView<T> X) {
+template <class T, class Policy>
+NearestNeighbors<T, Policy>& NearestNeighbors<T, Policy>::fit(MatrixView<T> X) {
   const Metric metric = parse_metric(params_.metric);
   detail::check_n_neighbors(params_.n_neighbors);
   checks::data(X, "X");
@@ -120,8 +121,8 @@ NearestNeighbors<T>& NearestNeighbors<T>::fit(MatrixView<T> X) {
   return *this;
 }
 
-template <class T>
-KnnResult<T> NearestNeighbors<T>::kneighbors(MatrixView<T> X, int n_neighbors) const {
+template <class T, class Policy>
+KnnResult<T> NearestNeighbors<T, Policy>::kneighbors(MatrixView<T> X, int n_neighbors) const {
   require_fitted();
   const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
   detail::check_n_neighbors(k);
@@ -134,8 +135,8 @@ KnnResult<T> NearestNeighbors<T>::kneighbors(MatrixView<T> X, int n_neighbors) c
   return search(X, k);
 }
 
-template <class T>
-KnnResult<T> NearestNeighbors<T>::kneighbors_self(int n_neighbors) const {
+template <class T, class Policy>
+KnnResult<T> NearestNeighbors<T, Policy>::kneighbors_self(int n_neighbors) const {
   require_fitted();
   const int k = n_neighbors == 0 ? params_.n_neighbors : n_neighbors;
   detail::check_n_neighbors(k);
@@ -163,22 +164,22 @@ KnnResult<T> NearestNeighbors<T>::kneighbors_self(int n_neighbors) const {
   return out;
 }
 
-template <class T>
-RadiusResult<T> NearestNeighbors<T>::radius_neighbors(MatrixView<T> X, double radius, bool sort_results) const {
+template <class T, class Policy>
+RadiusResult<T> NearestNeighbors<T, Policy>::radius_neighbors(MatrixView<T> X, double radius, bool sort_results) const {
   require_fitted();
   checks::data(X, "X");
   checks::same_features(X_.cols(), X.cols(), "X");
   return radius_search(X, radius, sort_results, false);
 }
 
-template <class T>
-RadiusResult<T> NearestNeighbors<T>::radius_neighbors_self(double radius, bool sort_results) const {
+template <class T, class Policy>
+RadiusResult<T> NearestNeighbors<T, Policy>::radius_neighbors_self(double radius, bool sort_results) const {
   require_fitted();
   return radius_search(X_, radius, sort_results, true);
 }
 
-template <class T>
-RadiusResult<T> NearestNeighbors<T>::radius_graph_self(double radius, Eigen::Index sorted_feature) const {
+template <class T, class Policy>
+RadiusResult<T> NearestNeighbors<T, Policy>::radius_graph_self(double radius, Eigen::Index sorted_feature) const {
   require_fitted();
   if (!(radius >= 0)) throw invalid_input("radius must be a number >= 0, got " + std::to_string(radius));
   if (sorted_feature >= X_.cols())
@@ -187,10 +188,11 @@ RadiusResult<T> NearestNeighbors<T>::radius_graph_self(double radius, Eigen::Ind
   return radius_search(X_, radius, false, false, false, sorted_feature);
 }
 
-template <class T>
-KnnResult<T> NearestNeighbors<T>::search(MatrixView<T> queries, int k) const {
+template <class T, class Policy>
+KnnResult<T> NearestNeighbors<T, Policy>::search(MatrixView<T> queries, int k) const {
   if (shards_.size() <= 1)
-    return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress);
+    return detail::run_knn<T>(backend_, X_, queries, k, metric_, device_X_.get(), max_abs_, params_.on_progress,
+                              kernels::knn_tile_choice<Policy>());
   const Metric shard_metric = algorithms::part_metric(metric_);
   std::vector<KnnResult<T>> parts(shards_.size());
   std::vector<Eigen::Index> first;
@@ -199,13 +201,13 @@ KnnResult<T> NearestNeighbors<T>::search(MatrixView<T> queries, int k) const {
     const Shard& shard = shards_[s];
     parts[s] = detail::run_knn<T>(shard.backend, X_.middleRows(shard.first, shard.rows), queries,
                                   static_cast<int>(std::min<Eigen::Index>(k, shard.rows)), shard_metric,
-                                  shard.resident.get(), max_abs_);
+                                  shard.resident.get(), max_abs_, {}, kernels::knn_tile_choice<Policy>());
   });
   return algorithms::merge_parts<T>(parts, first, queries.rows(), k, metric_);
 }
 
-template <class T>
-RadiusResult<T> NearestNeighbors<T>::radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self,
+template <class T, class Policy>
+RadiusResult<T> NearestNeighbors<T, Policy>::radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self,
                                                    bool distances, Eigen::Index sorted_feature) const {
   const double r = radius < 0 ? params_.radius : radius;
   if constexpr (std::is_same_v<T, float>) {

@@ -17,7 +17,7 @@
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/parallel.hpp>
-#include <gpuml/kernels/policy.hpp>
+#include <gpuml/policy/limits.hpp>
 #include <gpuml/kernels/radius.hpp>
 #include <gpuml/shaders/dbscan_kernel.hpp>
 #include <gpuml/vulkan/transfer.hpp>

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
-#include <gpuml/kernels/kmeans_policy.hpp>
+#include <gpuml/policy/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/resident_samples.hpp>
 #include <gpuml/shaders/kmeans_inertia_kernel.hpp>
@@ -27,83 +27,6 @@ namespace lloyd_interface = shader_interface::kmeans_lloyd;
 namespace reduce_interface = shader_interface::kmeans_reduce;
 namespace inertia_interface = shader_interface::kmeans_inertia;
 
-/// The specialisation of kmeans_lloyd for one problem (k, d) on one device: tiles shrink, and the partial sums
-/// move from shared to global memory, until the workgroup fits the device's shared memory.
-struct LloydPlan {
-  std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
-  std::uint32_t sum_rounds = 1;  // rounds of `threads` samples that the partial sums sort by cluster at once
-  std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
-  std::uint32_t bounds = 0;      // 1: the bounded E-step
-  std::uint64_t shared_bytes = 0;
-  /// The specialisation of one dispatch: kStageFull, or a stage of a bounded step.
-  std::vector<std::uint32_t> constants(std::uint32_t stage = lloyd_interface::kStageFull) const {
-    namespace shader = lloyd_interface;
-    return spec_constants(shader::kSpecCount,
-                          {{shader::kSpecThreads, threads}, {shader::kSpecSamplesPerThread, spt},
-                           {shader::kSpecCentersPerThread, kt}, {shader::kSpecCenterTile, ks},
-                           {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
-                           {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
-                           {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds}});
-  }
-  std::uint32_t tile() const { return threads * spt; }
-};
-
-/// `bounded`: plan the bounded E-step where the device can run it (subgroup ballots and sums); the plan's `bounds`
-/// says whether it does.
-template <class T>
-LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
-                     bool bounded) {
-  LloydPlan pl;
-  pl.threads = tile.threads;
-  pl.spt = tile.samples_per_thread;
-  pl.k = k;
-  pl.d = d;
-  pl.loop_guard = info.type == vulkan::DeviceType::cpu ? 1 : 0;
-  pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
-  pl.kt = std::min<std::uint32_t>(k, tile.centers_per_thread);
-  const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
-  const std::uint64_t s = sizeof(T), words = pl.threads / 32;
-  // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
-  if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false);
-  // Its check gathers listed rows in shared memory (kmeans_lloyd.comp): where they do not fit, the plain E-step.
-  if (bounded && 8 * std::uint64_t(lloyd_interface::kCheckAppendRounds) * pl.threads + 16 > info.max_shared_memory)
-    return plan_lloyd<T>(info, tile, k, d, false);
-  // Batches of the partial sums (kmeans_lloyd.comp). Where one owner per cluster may walk them (k <= threads,
-  // d < 32), one round: owners gain nothing from longer walks. Otherwise the (cluster, feature) walks get as many
-  // rounds of the tile as keep the cluster masks within kSumMaskBytes: more members per walk for the same barriers.
-  constexpr std::uint64_t kSumMaskBytes = 16 << 10;
-  const bool owners = k <= pl.threads && d + 1 <= 32;
-  for (std::uint32_t r = owners ? 1 : pl.spt; r >= 1; --r)
-    if (pl.spt % r == 0 && (4 * std::uint64_t(k) * words * r <= kSumMaskBytes || r == 1)) {
-      pl.sum_rounds = r;
-      break;
-    }
-  // Beside the arrays counted below, the shader declares one spare element per array (six of T, six of uint),
-  // seven uint counters and flags, and the compiler may pad each array to its type's alignment: counted in full, so
-  // that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
-  auto shared_extra_bytes = [](std::uint64_t scalar) { return 6 * scalar + 52 + 12 * 4 * scalar; };
-  auto bytes = [&](std::uint32_t ks, bool acc) {
-    // center tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
-    // clusters with members; the sums; flags and counters
-    const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
-    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
-           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) : 0) +
-           shared_extra_bytes(s);
-  };
-  // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global
-  // memory and the shared tile shrinks to one register tile.
-  const std::uint32_t all = (k + pl.kt - 1) / pl.kt * pl.kt;
-  const bool resident = nds == 1 && all <= tile.center_tile && bytes(all, false) <= info.max_shared_memory;
-  pl.ks = resident ? all : pl.kt;
-  pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
-  pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
-  pl.bounds = bounded ? 1 : 0;
-  if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
-    throw unsupported("k-means tile policy cannot run on " + info.name + " for k=" + std::to_string(k) + ", d=" +
-                      std::to_string(d) + ": " + why + " (choose a policy with fewer threads)");
-  return pl;
-}
-
 /// `value` rounded up to T (for the bounded E-step's drifts and radius).
 template <class T>
 T round_up_to(double value) {
@@ -121,26 +44,29 @@ inline bool bounded_e_step_pays(const vulkan::DeviceInfo& info) {
 /// bounded E-step (kmeans_lloyd.comp) where asked for (or where it pays, for automatic), the device can run it and
 /// its bounds fit the device's memory (bounded_e_step() tells); its steps return the plain E-step's results bit
 /// for bit.
-template <class T, class Policy>
+template <class T>
 class LloydEngine {
  public:
   /// `resident`: where the fit keeps its samples on the device (taken from there when an earlier engine of the fit
-  /// left them in this layout, else uploaded and left there); null: this engine's own upload.
+  /// left them in this layout, else uploaded and left there); null: this engine's own upload. `fixed_tile`: the
+  /// kernel's tile (a compile-time policy's, the tuner's candidate); none: the resolver's (kernels::choose_tile).
   LloydEngine(vulkan::Device& device, ShiftedView<T> X, const T* weights, std::uint32_t k,
-              KMeansEStep e_step = KMeansEStep::plain, ResidentSamples<T>* resident = nullptr)
+              KMeansEStep e_step = KMeansEStep::plain, ResidentSamples<T>* resident = nullptr,
+              const std::optional<KMeansTileParams>& fixed_tile = {})
       : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
     require_scalar_support<T>(device);
     const auto& info = device.info();
     const bool bounded = e_step == KMeansEStep::bounded ||
                          (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
-    const KMeansTileParams tile_params = Policy::template params<T>(info, k, static_cast<std::uint32_t>(d_));
-    // On CPU devices nothing is dispatched with a tile that misfits the problem (llvmpipe's loop limit above all:
-    // it crashed at times on kernels it cut short); the catalogue may still return its least bad tile there.
-    if (info.type == vulkan::DeviceType::cpu)
-      if (auto why = kmeans_tile_misfit<T>(info, tile_params, k, static_cast<std::uint32_t>(d_)); !why.empty())
-        throw unsupported("k-means on " + info.name + " for k=" + std::to_string(k) + ", d=" + std::to_string(d_) +
-                          " with tile " + tile_params.text() + ": " + why);
-    plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), bounded);
+    const KMeansTileParams tile_params = choose_tile<KMeansTileTraits, T>(fixed_tile, info, {k, static_cast<std::uint32_t>(d_)});
+    // Nothing is dispatched with a tile that misfits the device or the problem (a compile-time policy's tile, a
+    // pinned subgroup size the device cannot run; on CPU devices llvmpipe's loop limit above all: it crashed at
+    // times on kernels it cut short); the catalogue may still return its least bad tile there.
+    if (auto why = kmeans_tile_misfit<T>(info, tile_params, k, static_cast<std::uint32_t>(d_)); !why.empty())
+      throw unsupported("k-means on " + info.name + " for k=" + std::to_string(k) + ", d=" + std::to_string(d_) +
+                        " with tile " + tile_params.text() + ": " + why);
+    if (auto why = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), bounded, plan_); !why.empty())
+      throw unsupported("k-means tile " + tile_params.text() + " cannot run on " + info.name + ": " + why);
     const std::uint64_t s = sizeof(T), tile = plan_.tile();
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");
@@ -172,7 +98,7 @@ class LloydEngine {
     // that do: where they do not fit, or the samples are streamed, the plain E-step runs.
     const std::uint64_t bounds_bytes = n_ * 4 * s + (n_ + n_chunks + all_groups) * 4;
     if (plan_.bounds && (streamed_ || (budget && needed + bounds_bytes > budget) || chunk * 4 * s > max_bytes))
-      plan_ = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false);
+      plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), false, plan_);  // fits: the bounded plan did
     if (streamed_ && rest > budget)
       throw unsupported("k-means on " + info.name + " needs " + std::to_string(rest >> 20) + " MiB of device memory " +
                         "besides the samples; it has " + std::to_string(budget >> 20) + " MiB (use the host backend)");
@@ -614,13 +540,14 @@ class LloydEngine {
 /// scikit-learn's _kmeans_single_lloyd on centred data, with the E-step and the partial sums on `device`
 /// (algorithms::lloyd_loop holds the rest of the algorithm, shared with the host engine). `e_step`: which E-step
 /// (LloydEngine says; every choice gives the same result bit for bit).
-template <class T, class Policy = kmeans_default_policy>
+template <class T>
 algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init_centers,
                                  int max_iter, double tol_absolute, bool verbose,
                                  const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
-                                 KMeansEStep e_step = KMeansEStep::automatic, ResidentSamples<T>* resident = nullptr) {
+                                 KMeansEStep e_step = KMeansEStep::automatic, ResidentSamples<T>* resident = nullptr,
+                                 const std::optional<KMeansTileParams>& tile = {}) {
   const auto start = std::chrono::steady_clock::now();
-  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step, resident);
+  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step, resident, tile);
   engine.reset_labels();
   engine.set_keep_going(keep_going);
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -631,31 +558,34 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
 
 /// lloyd with the rows sharded across several devices: contiguous ranges of about n / devices rows, one
 /// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine).
-template <class T, class Policy = kmeans_default_policy>
+template <class T>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
                                          const IterationCallback& on_iteration = {},
-                                         KMeansEStep e_step = KMeansEStep::automatic) {
+                                         KMeansEStep e_step = KMeansEStep::automatic,
+                                         const std::optional<KMeansTileParams>& tile = {}) {
   const std::int64_t n = X.rows();
   const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
   if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
-  std::vector<std::unique_ptr<LloydEngine<T, Policy>>> shards;
+  std::vector<std::unique_ptr<LloydEngine<T>>> shards;
   std::vector<std::int64_t> first;
   for (std::int64_t s = 0; s < count; ++s) {
     const std::int64_t r0 = n * s / count, r1 = n * (s + 1) / count;
-    shards.push_back(std::make_unique<LloydEngine<T, Policy>>(*devices[static_cast<std::size_t>(s)], X.middleRows(r0, r1 - r0),
-                                                             w.data() + r0, static_cast<std::uint32_t>(init_centers.rows()), e_step));
+    shards.push_back(std::make_unique<LloydEngine<T>>(*devices[static_cast<std::size_t>(s)], X.middleRows(r0, r1 - r0),
+                                                     w.data() + r0, static_cast<std::uint32_t>(init_centers.rows()), e_step,
+                                                     nullptr, tile));
     shards.back()->reset_labels();
     first.push_back(r0);
   }
-  algorithms::ShardedLloydEngine<LloydEngine<T, Policy>, T> engine(std::move(shards), std::move(first), n);
+  algorithms::ShardedLloydEngine<LloydEngine<T>, T> engine(std::move(shards), std::move(first), n);
   return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }
 
 /// Nearest center of each row (predict), on `device`.
-template <class T, class Policy = kmeans_default_policy>
-Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
-  LloydEngine<T, Policy> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()));
+template <class T>
+Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers,
+              const std::optional<KMeansTileParams>& tile = {}) {
+  LloydEngine<T> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr, tile);
   engine.assign(centers);
   return engine.take_labels();
 }
@@ -709,9 +639,10 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
 }
 
 /// Nearest center of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.
-template <class T, class Policy = kmeans_default_policy>
-double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers) {
-  LloydEngine<T, Policy> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()));
+template <class T>
+double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers,
+                      const std::optional<KMeansTileParams>& tile = {}) {
+  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr, tile);
   engine.assign(centers);
   return engine.inertia(centers);
 }

@@ -42,7 +42,7 @@
 // pass usable on its own with per-query bounds; knn_search runs the plan's blocks and batches through them
 // (knn_detail::search_block_batch, knn_detail::merge_running) and finishes the results (algorithms::search_exactly).
 //
-// Limits: 1 <= k <= Policy::max_k (2048 by default; the selection may keep a few more); larger k, float64 on a
+// Limits: 1 <= k <= KnnSearchOptions::policy.max_k (kKnnMaxK, 2048, by default; the selection may keep a few more); larger k, float64 on a
 // device without shaderFloat64, a policy the device cannot run or one row larger than a binding throw
 // gpuml::unsupported (the estimators then use the host engine, see detail::run_knn). At most 2^32 - 1 database rows.
 #pragma once
@@ -54,15 +54,15 @@
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/kernels/distance.hpp>
-#include <gpuml/kernels/knn_policy.hpp>
-#include <gpuml/kernels/policy.hpp>
+#include <gpuml/policy/knn.hpp>
+#include <gpuml/policy/limits.hpp>
 #include <gpuml/shaders/knn_filter_coop_kernel.hpp>
 #include <gpuml/shaders/knn_gather_kernel.hpp>
 #include <gpuml/shaders/knn_half_kernel.hpp>
 #include <gpuml/shaders/knn_merge_kernel.hpp>
 #include <gpuml/shaders/knn_select_kernel.hpp>
-#include <gpuml/tuning/device_class.hpp>
-#include <gpuml/tuning/store.hpp>
+#include <gpuml/policy/device_class.hpp>
+#include <gpuml/policy/store.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
@@ -103,7 +103,8 @@ struct KnnSearchOptions {
   bool candidate_lists = true;                                 // false: heaps always
   bool cooperative_matrices = true;                            // false: float32 list passes everywhere
   ProgressCallback on_progress;  // after each query batch of each database block: query rows x blocks done
-  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop(), {}}; }
+  KnnTileChoice policy;          // the tile (none: resolved once for the search), k limit and list permission
+  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop(), {}, {}}; }
 };
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
@@ -207,13 +208,6 @@ KnnPlan cut(const vulkan::DeviceInfo& info, std::uint64_t max_buffer_bytes, cons
   }
   p.splits = ceil_div(block, p.split_rows);
   return p;
-}
-
-/// The cut on `device` (see cut).
-template <class T, class Policy>
-KnnPlan plan(const vulkan::Device& device, const KnnTileParams& tile, std::uint64_t block, std::uint64_t m, std::uint64_t d,
-             std::uint64_t k, std::uint64_t max_batch = UINT64_MAX) {
-  return cut<T>(device.info(), device.max_buffer_bytes(), tile, block, m, d, k, max_batch);
 }
 
 /// The sample pass that bounds a block's search (shaders/knn_select.comp, "Bounds"): about 1/16 of the block's
@@ -960,7 +954,7 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
 /// metrics they recompute). `resident`, when given, is `database` already on this device; otherwise the database is
 /// uploaded block by block for this search. `options`: the search's switches (default: the process's Config);
 /// `stats`, when given, receives what the search did.
-template <class T, class Policy = default_knn_policy<T>>
+template <class T>
 algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, Metric metric,
                                     const KnnDatabase<T>* resident = nullptr,
                                     const KnnSearchOptions& options = KnnSearchOptions::from(config()),
@@ -969,13 +963,15 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   using Index = std::int64_t;
   const Index n = database.rows(), d = database.cols(), m = queries.rows();
   algorithms::check_search(n, d, queries.cols(), k);
-  if (static_cast<std::uint64_t>(k) > Policy::max_k)
-    throw unsupported("knn_search on a Vulkan device supports k <= " + std::to_string(Policy::max_k) + ", got k = " +
+  const std::uint32_t max_k = options.policy.max_k;
+  if (static_cast<std::uint64_t>(k) > max_k)
+    throw unsupported("knn_search on a Vulkan device supports k <= " + std::to_string(max_k) + ", got k = " +
                       std::to_string(k) + " (use the host engine)");
   if (static_cast<std::uint64_t>(n) >= UINT32_MAX)
     throw unsupported("knn_search on a Vulkan device supports at most 2^32 - 2 database rows");
   require_scalar_support<T>(device);
-  const KnnTileParams tile = Policy::template params<T>(device.info(), static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(d));
+  const KnnTileParams tile = choose_tile<KnnTileTraits, T>(options.policy.tile, device.info(),
+                                                           {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(d)});
   if (auto why = tile.misfit<T>(device.info()); !why.empty())
     throw unsupported("k-NN tile policy cannot run on " + device.info().name + ": " + why);
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
@@ -989,8 +985,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
     result.stats = st;
     return result;
   }
-  bool lists_allowed = true;
-  if constexpr (requires { Policy::candidate_lists; }) lists_allowed = Policy::candidate_lists;
+  const bool lists_allowed = options.policy.candidate_lists;
 
   KnnWorkspace<T> scratch;
   KnnWorkspace<T>& ws = resident ? resident->workspace() : scratch;
@@ -998,7 +993,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   // Selections wider than the kernel's k (a query with thousands of ties at its k-th value) are scanned on the host.
   bool first = true;
   algorithms::KnnResult<T> result = algorithms::search_exactly<T>(
-      database, queries, k, metric, static_cast<Index>(Policy::max_k) + 1, ws.best,
+      database, queries, k, metric, static_cast<Index>(max_k) + 1, ws.best,
       [&](MatrixView<T> batch, Index width, algorithms::Candidates<T>& out) {
         // The first selection gives the search's statistics and progress; a wider one for a few queries adds its
         // device time.

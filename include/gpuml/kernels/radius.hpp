@@ -25,7 +25,7 @@
 #include <gpuml/core/parallel.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/knn.hpp>
-#include <gpuml/kernels/policy.hpp>
+#include <gpuml/policy/limits.hpp>
 #include <gpuml/shaders/radius_kernel.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 

@@ -15,11 +15,11 @@ template <class T>
 Vector<T> row_sq_norms(MatrixView<T> X, const Backend& backend = default_backend());
 
 /// D(i, j) = ||x_i - y_j||^2 (via the norm expansion, clamped at 0), for X (n x d) and Y (m x d), with the default
-/// tile policy (kernels::default_distance_policy).
+/// tile policy (kernels::distance_default_policy).
 template <class T>
 Matrix<T> pairwise_sq_distances(MatrixView<T> X, MatrixView<T> Y, const Backend& backend = default_backend());
 
-/// The same with a tile policy of the caller's (kernels/distance.hpp).
+/// The same with a tile policy of the caller's (policy/distance.hpp).
 template <class T, class Policy>
 Matrix<T> pairwise_sq_distances(MatrixView<T> X, MatrixView<T> Y, const Backend& backend = default_backend());
 

@@ -8,6 +8,9 @@
 #include <gpuml/metrics/pairwise.hpp>
 #include <gpuml/select.hpp>
 
+#include <concepts>
+#include <optional>
+
 namespace gpuml {
 
 template <class T>
@@ -20,17 +23,20 @@ Vector<T> row_sq_norms(MatrixView<T> X, const Backend& backend) {
 
 template <class T, class Policy>
 Matrix<T> pairwise_sq_distances(MatrixView<T> X, MatrixView<T> Y, const Backend& backend) {
+  static_assert(requires { { Policy::fixed_tile } -> std::convertible_to<std::optional<kernels::DistanceTileParams>>; },
+                "a distance policy gives a static fixed_tile (see policy/distance.hpp)");
   checks::data(X, "X");
   checks::data(Y, "Y");
   checks::same_features(X.cols(), Y.cols(), "Y");
   return run_on<T>(
-      backend, "pairwise_sq_distances", [&] { return kernels::pairwise_sq_distances<T, Policy>(*backend.device(), X, Y); },
+      backend, "pairwise_sq_distances",
+      [&] { return kernels::pairwise_sq_distances<T>(*backend.device(), X, Y, Policy::fixed_tile); },
       [&] { return host::pairwise_sq_distances<T>(X, Y); });
 }
 
 template <class T>
 Matrix<T> pairwise_sq_distances(MatrixView<T> X, MatrixView<T> Y, const Backend& backend) {
-  return pairwise_sq_distances<T, kernels::default_distance_policy<T>>(X, Y, backend);
+  return pairwise_sq_distances<T, kernels::distance_default_policy>(X, Y, backend);
 }
 
 }  // namespace gpuml

@@ -466,7 +466,7 @@ class RankRows {
                                    const KMeansParams& p, double tol_absolute) {
     const MatrixView<T> X = centred(Xc);
     const auto k = static_cast<std::uint32_t>(start.rows());
-    std::optional<kernels::LloydEngine<T, kmeans_default_policy>> on_device;
+    std::optional<kernels::LloydEngine<T>> on_device;
     std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
     comm_.guarded([&] {
       run_on<T>(

@@ -116,8 +116,7 @@ class KMeansBench final : public ShapeBench {
   double time_ms(const Params& params, int warmups, int reps) override {
     const auto tile = KMeansTileParams::from_params(params);
     if (!tile) throw invalid_input("not a k-means tile");
-    RuntimeKMeansTile::Use use(*tile);
-    kernels::LloydEngine<T, RuntimeKMeansTile> engine(device_, X_, w_.data(), shape_.k);
+    kernels::LloydEngine<T> engine(device_, X_, w_.data(), shape_.k, KMeansEStep::plain, nullptr, *tile);
     engine.reset_labels();
     Matrix<T> sums;
     Vector<T> weights;

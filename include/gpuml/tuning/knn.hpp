@@ -16,14 +16,7 @@
 
 namespace gpuml::tuning {
 
-using KnnPolicy = kernels::knn_default_policy;
 using KnnTraits = kernels::KnnTileTraits;
-
-/// A policy whose tile is chosen at run time (by the tuner, or a test): RuntimeKnnTile::Use, with the default
-/// policy's limits.
-struct RuntimeKnnTile : kernels::RuntimeTile<kernels::KnnTileTraits> {
-  static constexpr std::uint32_t max_k = KnnPolicy::max_k;
-};
 
 struct KnnShape {
   std::uint32_t k = 0, d = 0;
@@ -136,10 +129,10 @@ class KnnBench final : public ShapeBench {
   double time_ms(const Params& params, int warmups, int reps) override {
     const auto tile = KnnTraits::decode(params);
     if (!tile) throw invalid_input("not a k-NN tile");
-    RuntimeKnnTile::Use use(*tile);
+    kernels::KnnSearchOptions options = kernels::KnnSearchOptions::from(config());
+    options.policy.tile = *tile;
     auto search = [&] {
-      kernels::knn_search<T, RuntimeKnnTile>(device_, X_, Q_, static_cast<int>(shape_.k), Metric::euclidean, &database_,
-                                             kernels::KnnSearchOptions::from(config()), &stats_);
+      kernels::knn_search<T>(device_, X_, Q_, static_cast<int>(shape_.k), Metric::euclidean, &database_, options, &stats_);
     };
     for (int i = 0; i < warmups; ++i) search();
     std::vector<double> ms;

@@ -13,7 +13,7 @@
 // Parameters travel as std::vector<std::uint32_t>, the store's form; the kernel encodes and decodes them.
 #pragma once
 
-#include <gpuml/kernels/tile_policy.hpp>
+#include <gpuml/policy/tile.hpp>
 #include <gpuml/vulkan/device.hpp>
 
 #include <cstdint>
@@ -52,7 +52,7 @@ struct TunableKernel {
       bench;
 };
 
-/// The fields every tile-policy kernel fills the same way from its traits (kernels/tile_policy.hpp): its name in
+/// The fields every tile-policy kernel fills the same way from its traits (policy/tile.hpp): its name in
 /// the store, a candidate's misfit for the shape class's representative problem (`representative(shape)` gives its
 /// k and d), and a candidate's text.
 template <kernels::TileTraits Traits, class Representative>

@@ -1,5 +1,5 @@
 // The tuner: for each kernel, shape class and scalar type, times the candidate parameter sets on the user's
-// device and stores the fastest in the tuning store (tuning/store.hpp), where the kernels' default policies find
+// device and stores the fastest in the tuning store (policy/store.hpp), where the kernels' default policies find
 // it from then on, in this process and later ones.
 //
 //   #include <gpuml/tuning/tuner.hpp>   (not part of <gpuml/gpuml.hpp>: it instantiates every kernel's bench)
@@ -23,10 +23,10 @@
 #pragma once
 
 #include <gpuml/core/error.hpp>
-#include <gpuml/tuning/device_class.hpp>
+#include <gpuml/policy/device_class.hpp>
 #include <gpuml/tuning/kmeans.hpp>
 #include <gpuml/tuning/knn.hpp>
-#include <gpuml/tuning/store.hpp>
+#include <gpuml/policy/store.hpp>
 #include <gpuml/tuning/tunable.hpp>
 
 #include <algorithm>

@@ -1,7 +1,9 @@
 // One tile-policy system for the Vulkan kernels. Each kernel describes its tiles with one traits type
-// (KMeansTileTraits, KnnTileTraits, DistanceTileTraits); one resolver picks the tile of a problem; three kinds of
-// policy reach it: DefaultTile (the resolver), a compile-time tile type (KMeansTile<...>, KnnTile<...>,
-// DistanceTile<...>) and RuntimeTile (the tuner's and the tests' choice on this thread).
+// (KMeansTileTraits, KnnTileTraits, DistanceTileTraits); one resolver picks the tile of a problem. Policies are
+// compile-time types at the API (KMeans<T, Policy>, NearestNeighbors<T, Policy>, pairwise_sq_distances<T, Policy>):
+// DefaultTile (no fixed tile) or a tile type (KMeansTile<...>, KnnTile<...>, DistanceTile<...>), each with a
+// static `fixed_tile`. Below the estimators only that value travels: kernels and engines take an optional tile
+// and resolve it once (choose_tile).
 //
 // A traits type gives:
 //   Params                                the tile: the numbers the shader takes as specialisation constants
@@ -20,7 +22,7 @@
 #pragma once
 
 #include <gpuml/core/config.hpp>
-#include <gpuml/tuning/store.hpp>
+#include <gpuml/policy/store.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
 #include <concepts>
@@ -108,40 +110,18 @@ typename Traits::Params resolve_tile(const vulkan::DeviceInfo& device, const Til
   return Traits::template catalogue<T>(device, problem);
 }
 
-/// The default policy of a kernel: the resolver.
+/// The default policy of a kernel: no fixed tile, so the kernel resolves one (resolve_tile).
 template <TileTraits Traits>
 struct DefaultTile {
-  template <class T>
-  static typename Traits::Params params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
-    return resolve_tile<Traits, T>(device, {k, d});
-  }
+  static constexpr std::optional<typename Traits::Params> fixed_tile{};
 };
 
-/// A policy whose tile is chosen at run time (by the tuner, or a test): the tile of the innermost live Use on this
-/// thread, else the catalogue's. Neither the override nor the store applies.
-template <TileTraits Traits>
-struct RuntimeTile {
-  class Use {
-   public:
-    explicit Use(const typename Traits::Params& tile) : previous_(current()) { current() = tile; }
-    ~Use() { current() = previous_; }
-    Use(const Use&) = delete;
-    Use& operator=(const Use&) = delete;
-
-   private:
-    std::optional<typename Traits::Params> previous_;
-  };
-
-  template <class T>
-  static typename Traits::Params params(const vulkan::DeviceInfo& device, std::uint32_t k, std::uint32_t d) {
-    return current() ? *current() : Traits::template catalogue<T>(device, {k, d});
-  }
-
- private:
-  static std::optional<typename Traits::Params>& current() {
-    static thread_local std::optional<typename Traits::Params> tile;
-    return tile;
-  }
-};
+/// The tile a kernel runs with: `fixed` (a compile-time policy's tile, the tuner's candidate, a test's), else the
+/// resolver's for the problem. Each kernel calls this once, when it is set up.
+template <TileTraits Traits, class T>
+typename Traits::Params choose_tile(const std::optional<typename Traits::Params>& fixed, const vulkan::DeviceInfo& device,
+                                    const TileProblem& problem) {
+  return fixed ? *fixed : resolve_tile<Traits, T>(device, problem);
+}
 
 }  // namespace gpuml::kernels

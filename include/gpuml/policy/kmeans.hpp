@@ -2,16 +2,19 @@
 // constants) and an optional pinned subgroup size. Compile-time policies (KMeansTile) check their shape with
 // static_asserts; every tile, whatever its source, is checked against the device and the problem before anything
 // is dispatched (kmeans_tile_misfit: the rules below, then plan_lloyd's shared-memory and workgroup limits).
-// The default policy is the tile-policy system's resolver (kernels/tile_policy.hpp) over KMeansTileTraits: the
+// The default policy is the tile-policy system's resolver (policy/tile.hpp) over KMeansTileTraits: the
 // GPUML_KMEANS_TILE override (for sweeps), the tuner's stored winner, the catalogue's tile for the device class.
 #pragma once
 
 #include <gpuml/core/error.hpp>
-#include <gpuml/kernels/tile_policy.hpp>
-#include <gpuml/tuning/device_class.hpp>
-#include <gpuml/tuning/store.hpp>
+#include <gpuml/policy/device_class.hpp>
+#include <gpuml/policy/limits.hpp>
+#include <gpuml/policy/store.hpp>
+#include <gpuml/policy/tile.hpp>
+#include <gpuml/shaders/kmeans_lloyd.h>
 #include <gpuml/vulkan/instance.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -56,10 +59,7 @@ struct KMeansTile {
   static_assert(SamplesPerThread * (FeatureTile + CentersPerThread) <= 256, "register tile too large");
   static_assert((SubgroupSize & (SubgroupSize - 1)) == 0, "the subgroup size is 0 or a power of two");
   static constexpr KMeansTileParams tile{Threads, SamplesPerThread, CentersPerThread, FeatureTile, CenterTile, SubgroupSize};
-  template <class T>
-  static KMeansTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
-    return tile;
-  }
+  static constexpr std::optional<KMeansTileParams> fixed_tile{tile};
 };
 
 /// The kernel's name in the tuning store.
@@ -99,20 +99,91 @@ inline std::string kmeans_tile_shape_misfit(const vulkan::DeviceInfo& device, co
 }
 
 namespace kernels {
-struct LloydPlan;
-/// Defined in kernels/kmeans.hpp: the tile fitted to the device's shared memory; throws gpuml::unsupported.
-/// `bounded`: with the bounded E-step where the device can run it.
+
+namespace lloyd_interface = shader_interface::kmeans_lloyd;
+
+/// The specialisation of kmeans_lloyd for one problem (k, d) on one device: tiles shrink, and the partial sums
+/// move from shared to global memory, until the workgroup fits the device's shared memory.
+struct LloydPlan {
+  std::uint32_t threads = 0, spt = 0, kt = 0, ks = 0, ds = 0, k = 0, d = 0, acc_shared = 0;
+  std::uint32_t sum_rounds = 1;  // rounds of `threads` samples that the partial sums sort by cluster at once
+  std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
+  std::uint32_t bounds = 0;      // 1: the bounded E-step
+  std::uint64_t shared_bytes = 0;
+  /// The specialisation of one dispatch: kStageFull, or a stage of a bounded step.
+  std::vector<std::uint32_t> constants(std::uint32_t stage = lloyd_interface::kStageFull) const {
+    namespace shader = lloyd_interface;
+    return spec_constants(shader::kSpecCount,
+                          {{shader::kSpecThreads, threads}, {shader::kSpecSamplesPerThread, spt},
+                           {shader::kSpecCentersPerThread, kt}, {shader::kSpecCenterTile, ks},
+                           {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
+                           {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
+                           {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds}});
+  }
+  std::uint32_t tile() const { return threads * spt; }
+};
+
+/// Plans kmeans_lloyd for k centers of d features with `tile` on `info` into `pl`; returns why the tile cannot run
+/// the problem there (empty: it can, and `pl` holds the plan). `bounded`: plan the bounded E-step where the device
+/// can run it (subgroup ballots and sums); the plan's `bounds` says whether it does.
 template <class T>
-LloydPlan plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
-                     bool bounded = false);
+std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
+                       bool bounded, LloydPlan& pl) {
+  pl = LloydPlan{};
+  pl.threads = tile.threads;
+  pl.spt = tile.samples_per_thread;
+  pl.k = k;
+  pl.d = d;
+  pl.loop_guard = info.type == vulkan::DeviceType::cpu ? 1 : 0;
+  pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
+  pl.kt = std::min<std::uint32_t>(k, tile.centers_per_thread);
+  const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
+  const std::uint64_t s = sizeof(T), words = pl.threads / 32;
+  // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
+  if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false, pl);
+  // Its check gathers listed rows in shared memory (kmeans_lloyd.comp): where they do not fit, the plain E-step.
+  if (bounded && 8 * std::uint64_t(lloyd_interface::kCheckAppendRounds) * pl.threads + 16 > info.max_shared_memory)
+    return plan_lloyd<T>(info, tile, k, d, false, pl);
+  // Batches of the partial sums (kmeans_lloyd.comp). Where one owner per cluster may walk them (k <= threads,
+  // d < 32), one round: owners gain nothing from longer walks. Otherwise the (cluster, feature) walks get as many
+  // rounds of the tile as keep the cluster masks within kSumMaskBytes: more members per walk for the same barriers.
+  constexpr std::uint64_t kSumMaskBytes = 16 << 10;
+  const bool owners = k <= pl.threads && d + 1 <= 32;
+  for (std::uint32_t r = owners ? 1 : pl.spt; r >= 1; --r)
+    if (pl.spt % r == 0 && (4 * std::uint64_t(k) * words * r <= kSumMaskBytes || r == 1)) {
+      pl.sum_rounds = r;
+      break;
+    }
+  // Beside the arrays counted below, the shader declares one spare element per array (six of T, six of uint),
+  // seven uint counters and flags, and the compiler may pad each array to its type's alignment: counted in full, so
+  // that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
+  auto shared_extra_bytes = [](std::uint64_t scalar) { return 6 * scalar + 52 + 12 * 4 * scalar; };
+  auto bytes = [&](std::uint32_t ks, bool acc) {
+    // center tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
+    // clusters with members; the sums; flags and counters
+    const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
+    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
+           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) : 0) +
+           shared_extra_bytes(s);
+  };
+  // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global
+  // memory and the shared tile shrinks to one register tile.
+  const std::uint32_t all = (k + pl.kt - 1) / pl.kt * pl.kt;
+  const bool resident = nds == 1 && all <= tile.center_tile && bytes(all, false) <= info.max_shared_memory;
+  pl.ks = resident ? all : pl.kt;
+  pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
+  pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
+  pl.bounds = bounded ? 1 : 0;
+  if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
+    return why + " for k=" + std::to_string(k) + ", d=" + std::to_string(d) + " (a tile with fewer threads may fit)";
+  return {};
+}
+
 }  // namespace kernels
 
-/// Center tiles x feature tiles that one sample tile loops over: what llvmpipe's loop limit counts.
-template <class T>
-std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
-                                std::uint32_t d) {
-  const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);  // throws unsupported past the device's limits
-  return (std::uint64_t(k) + plan.ks - 1) / plan.ks * ((std::uint64_t(d) + plan.ds - 1) / plan.ds);
+/// Center tiles x feature tiles that one sample tile of `plan` loops over: what llvmpipe's loop limit counts.
+inline std::uint64_t kmeans_tile_loops(const kernels::LloydPlan& plan) {
+  return (std::uint64_t(plan.k) + plan.ks - 1) / plan.ks * ((std::uint64_t(plan.d) + plan.ds - 1) / plan.ds);
 }
 
 /// Loop iterations of one invocation over its sample tile (kmeans_lloyd.comp), at most, as llvmpipe counts them
@@ -120,10 +191,8 @@ std::uint64_t kmeans_tile_loops(const vulkan::DeviceInfo& device, const KMeansTi
 /// register centers; then the partial sums, per batch of `sum_rounds` rounds: clearing the cluster masks, one pass
 /// over the clusters, and the (cluster, feature) pairs with the members each walks (all of a batch's samples in one
 /// cluster at worst). The owner walk, where it runs, does fewer (one thread per cluster, under 32 features).
-template <class T>
-std::uint64_t kmeans_invocation_loops(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
-                                      std::uint32_t d) {
-  const auto plan = kernels::plan_lloyd<T>(device, tile, k, d);
+inline std::uint64_t kmeans_invocation_loops(const kernels::LloydPlan& plan) {
+  const std::uint64_t k = plan.k, d = plan.d;
   auto up = [](std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; };
   const std::uint64_t e_step = up(k, plan.ks) * up(d, plan.ds) * (plan.ds + plan.kt);
   const std::uint64_t threads = plan.threads, batch = threads * plan.sum_rounds;
@@ -138,19 +207,15 @@ template <class T>
 std::string kmeans_tile_misfit(const vulkan::DeviceInfo& device, const KMeansTileParams& tile, std::uint32_t k,
                                std::uint32_t d) {
   if (auto why = kmeans_tile_shape_misfit(device, tile); !why.empty()) return why;
-  try {
-    const std::uint64_t loops = kmeans_tile_loops<T>(device, tile, k, d);  // and plan_lloyd's limits
-    if (device.type == vulkan::DeviceType::cpu && loops > kCpuMaxTileLoops)
+  kernels::LloydPlan plan;
+  if (auto why = kernels::plan_lloyd<T>(device, tile, k, d, false, plan); !why.empty()) return why;
+  if (device.type == vulkan::DeviceType::cpu) {
+    if (const std::uint64_t loops = kmeans_tile_loops(plan); loops > kCpuMaxTileLoops)
       return std::to_string(loops) + " center x feature tiles per sample tile exceed CPU devices' " +
              std::to_string(kCpuMaxTileLoops) + " (llvmpipe's loop limit)";
-    if (device.type == vulkan::DeviceType::cpu) {
-      const std::uint64_t all = kmeans_invocation_loops<T>(device, tile, k, d);
-      if (all > kCpuMaxInvocationLoops)
-        return std::to_string(all) + " loop iterations per invocation exceed CPU devices' " +
-               std::to_string(kCpuMaxInvocationLoops) + " (llvmpipe's loop limit)";
-    }
-  } catch (const unsupported& e) {
-    return e.what();
+    if (const std::uint64_t all = kmeans_invocation_loops(plan); all > kCpuMaxInvocationLoops)
+      return std::to_string(all) + " loop iterations per invocation exceed CPU devices' " +
+             std::to_string(kCpuMaxInvocationLoops) + " (llvmpipe's loop limit)";
   }
   return {};
 }
@@ -201,18 +266,17 @@ KMeansTileParams kmeans_catalogue_tile(const vulkan::DeviceInfo& device, std::ui
   std::uint64_t best_loops = ~std::uint64_t(0);
   bool best_fits = false;
   for (const KMeansTileParams& t : candidates) {
-    if (!kmeans_tile_shape_misfit(device, t).empty()) continue;
-    try {
-      const std::uint64_t loops = kmeans_tile_loops<T>(device, t, k, d);  // throws past the device's limits
-      const bool fits = kmeans_can_implement<T>(device, t, k, d);
-      if ((fits && !best_fits) || (fits == best_fits && loops < best_loops)) best = t, best_loops = loops, best_fits = fits;
-    } catch (const unsupported&) {
-    }
+    kernels::LloydPlan plan;
+    if (!kmeans_tile_shape_misfit(device, t).empty() || !kernels::plan_lloyd<T>(device, t, k, d, false, plan).empty())
+      continue;  // past the device's limits
+    const std::uint64_t loops = kmeans_tile_loops(plan);
+    const bool fits = kmeans_can_implement<T>(device, t, k, d);
+    if ((fits && !best_fits) || (fits == best_fits && loops < best_loops)) best = t, best_loops = loops, best_fits = fits;
   }
   return best;
 }
 
-/// The k-means kernel's tiles in the tile-policy system (kernels/tile_policy.hpp).
+/// The k-means kernel's tiles in the tile-policy system (policy/tile.hpp).
 struct KMeansTileTraits {
   using Params = KMeansTileParams;
   static constexpr const char* kernel = kKMeansKernel;
@@ -245,7 +309,11 @@ struct KMeansTileTraits {
 /// The default policy: GPUML_KMEANS_TILE, else the stored winner, else the catalogue (kernels::resolve_tile).
 struct kmeans_default_policy : kernels::DefaultTile<KMeansTileTraits> {};
 
-/// A policy whose tile is chosen at run time (by the tuner, or a test): RuntimeKMeansTile::Use.
-using RuntimeKMeansTile = kernels::RuntimeTile<KMeansTileTraits>;
+/// What KMeans<T, Policy> asks of a policy: a static fixed_tile (none: the resolver's tile), as kmeans_default_policy
+/// and KMeansTile<...> give.
+template <class Policy>
+concept KMeansPolicy = requires {
+  { Policy::fixed_tile } -> std::convertible_to<std::optional<KMeansTileParams>>;
+};
 
 }  // namespace gpuml

@@ -1,16 +1,17 @@
 // Tile policies of the Vulkan k-NN kernel (shaders/knn_select.comp): the tile shape, compile-time tiles, the traits
-// the tile-policy system's resolver reads (kernels/tile_policy.hpp), and the shader's metric codes.
+// the tile-policy system's resolver reads (policy/tile.hpp), and the shader's metric codes.
 #pragma once
 
 #include <gpuml/core/config.hpp>
 #include <gpuml/core/metric.hpp>
-#include <gpuml/kernels/policy.hpp>
-#include <gpuml/kernels/tile_policy.hpp>
+#include <gpuml/policy/limits.hpp>
+#include <gpuml/policy/tile.hpp>
 #include <gpuml/shaders/knn_select.h>
-#include <gpuml/tuning/device_class.hpp>
-#include <gpuml/tuning/store.hpp>
+#include <gpuml/policy/device_class.hpp>
+#include <gpuml/policy/store.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,17 +71,14 @@ struct KnnTile {
   static constexpr std::uint32_t max_k = MaxK;
   static constexpr bool candidate_lists = Lists;
   static constexpr KnnTileParams tile{WX, WY, TM, TN, BK, TargetGroups};
-  template <class T>
-  static KnnTileParams params(const vulkan::DeviceInfo&, std::uint32_t /*k*/, std::uint32_t /*d*/) {
-    return tile;
-  }
+  static constexpr std::optional<KnnTileParams> fixed_tile{tile};
   template <class T>
   static bool can_implement(const vulkan::DeviceInfo& d) {
     return tile.misfit<T>(d).empty();
   }
 };
 
-/// The k-NN kernel's tiles in the tile-policy system (kernels/tile_policy.hpp). Catalogue, per device class: NVIDIA
+/// The k-NN kernel's tiles in the tile-policy system (policy/tile.hpp). Catalogue, per device class: NVIDIA
 /// 64 queries x 128 rows per tile, 4 x 8 values per thread, 16 features per step, 8192 target workgroups (the
 /// fastest on the H200 at 1M x 128 with k = 10 and k = 100, and within 4% of the fastest at 10M x 16); other GPUs
 /// 128 x 128 with 8 x 8 per thread and 16 features per step where shared memory allows (35 KiB: AMD and Intel GPUs
@@ -141,15 +139,37 @@ struct KnnTileTraits {
   }
 };
 
-/// The default policy: GPUML_KNN_TILE, else the stored winner, else the catalogue (resolve_tile), with the
-/// kernel's limits: k up to max_k, candidate lists allowed.
+/// The largest k the kernel selects on the device (larger k: the host engine).
+inline constexpr std::uint32_t kKnnMaxK = 2048;
+
+/// The default policy: no fixed tile, so the kernel resolves one (GPUML_KNN_TILE, else the stored winner, else the
+/// catalogue: resolve_tile), with the kernel's limits: k up to max_k, candidate lists allowed.
 struct knn_default_policy : DefaultTile<KnnTileTraits> {
-  static constexpr std::uint32_t max_k = 2048;
+  static constexpr std::uint32_t max_k = kKnnMaxK;
   static constexpr bool candidate_lists = true;
 };
 
-template <class T>
-using default_knn_policy = knn_default_policy;
+/// What NearestNeighbors<T, Policy> and the k-NN estimators ask of a policy: a static fixed_tile (none: the
+/// resolver's), max_k and candidate_lists, as knn_default_policy and KnnTile<...> give.
+template <class Policy>
+concept KnnPolicy = requires {
+  { Policy::fixed_tile } -> std::convertible_to<std::optional<KnnTileParams>>;
+  { Policy::max_k } -> std::convertible_to<std::uint32_t>;
+  { Policy::candidate_lists } -> std::convertible_to<bool>;
+};
+
+/// A k-NN policy as the one value the kernel takes (KnnSearchOptions::policy): its fixed tile (none: resolved once
+/// per search), the largest k searched on the device, and whether bounded searches may use candidate lists.
+struct KnnTileChoice {
+  std::optional<KnnTileParams> tile;
+  std::uint32_t max_k = kKnnMaxK;
+  bool candidate_lists = true;
+};
+
+template <KnnPolicy Policy>
+constexpr KnnTileChoice knn_tile_choice() {
+  return {Policy::fixed_tile, Policy::max_k, Policy::candidate_lists};
+}
 
 /// The shader's METRIC constant: euclidean selects on squared distances.
 constexpr std::uint32_t knn_metric_code(Metric m) {
