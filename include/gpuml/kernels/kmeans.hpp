@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
+#include <gpuml/core/parallel.hpp>
 #include <gpuml/policy/kmeans.hpp>
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/kernels/resident_samples.hpp>
@@ -13,6 +14,7 @@
 #include <gpuml/shaders/kmeans_lloyd_kernel.hpp>
 #include <gpuml/shaders/kmeans_reduce_kernel.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -557,7 +559,8 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
 }
 
 /// lloyd with the rows sharded across several devices: contiguous ranges of about n / devices rows, one
-/// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine).
+/// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine). The engines are set up
+/// at once too: each device reads, centres and uploads its own rows on a thread of its own.
 template <class T>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
@@ -567,18 +570,21 @@ algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& dev
   const std::int64_t n = X.rows();
   const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
   if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
-  std::vector<std::unique_ptr<LloydEngine<T>>> shards;
-  std::vector<std::int64_t> first;
-  for (std::int64_t s = 0; s < count; ++s) {
-    const std::int64_t r0 = n * s / count, r1 = n * (s + 1) / count;
-    shards.push_back(std::make_unique<LloydEngine<T>>(*devices[static_cast<std::size_t>(s)], X.middleRows(r0, r1 - r0),
-                                                     w.data() + r0, static_cast<std::uint32_t>(init_centers.rows()), e_step,
-                                                     nullptr, tile));
-    shards.back()->reset_labels();
-    first.push_back(r0);
-  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<LloydEngine<T>>> shards(static_cast<std::size_t>(count));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(count));
+  concurrently(static_cast<std::size_t>(count), [&](std::size_t s) {
+    const std::int64_t r0 = n * std::int64_t(s) / count, r1 = n * (std::int64_t(s) + 1) / count;
+    shards[s] = std::make_unique<LloydEngine<T>>(*devices[s], X.middleRows(r0, r1 - r0), w.data() + r0,
+                                                 static_cast<std::uint32_t>(init_centers.rows()), e_step, nullptr, tile);
+    shards[s]->reset_labels();
+    first[s] = r0;
+  });
   algorithms::ShardedLloydEngine<LloydEngine<T>, T> engine(std::move(shards), std::move(first), n);
-  return algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto r = algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
+  r.setup_seconds = setup;
+  return r;
 }
 
 /// Nearest center of each row (predict), on `device`.
