@@ -67,12 +67,16 @@ def test_ties_at_exactly_eps(rng, device, dtype, metric, p, eps):
 def test_continuous_data(rng, device, dtype, metric):
     X = rng.normal(size=(307, 3)).astype(dtype)
     X[:300:17] = X[3::17]  # duplicates
-    # eps near the 3rd percentile of the pairwise distances (rounding decides nothing far from a pair's distance,
-    # but ties at exactly eps are the grid test's business).
+    # eps near the 3rd percentile of the pairwise distances, midway across the widest gap between two distinct
+    # distances there: rounding decides nothing far from a pair's distance, and ties at exactly eps are the grid
+    # test's business (a quantile can land exactly on a distance that duplicated points repeat).
     from sklearn.metrics import pairwise_distances
 
     D = pairwise_distances(X.astype(np.float64), metric=metric)
-    eps = float(np.quantile(D[np.triu_indices(len(X), 1)], 0.03))
+    distinct = np.unique(D[np.triu_indices(len(X), 1)])
+    lo, hi = int(0.025 * len(distinct)), int(0.035 * len(distinct))
+    j = lo + int(np.argmax(distinct[lo + 1 : hi + 1] - distinct[lo:hi]))
+    eps = float((distinct[j] + distinct[j + 1]) / 2)
     ours, theirs = fit_both(X, device, eps=eps, min_samples=5, metric=metric)
     assert_same(ours, theirs)
 

@@ -22,9 +22,11 @@ def _counted(work):
 
 
 def _tol(dtype, metric):
-    # float32: scikit-learn ranks and reduces in its own order (cosine in float32); LOF sums k ratios.
+    # float32: scikit-learn ranks and reduces in its own order; LOF sums k ratios. Its float32 cosine distances carry
+    # an absolute error near 1e-7 on the small distances of near neighbours, about 1e-5 of each: a ratio of two
+    # such sums moved by 1.8e-5 (seen), so cosine gets a wider bound.
     if dtype == np.float32:
-        return dict(rtol=1e-5, atol=1e-6)
+        return dict(rtol=1e-4 if metric.get("metric") == "cosine" else 1e-5, atol=1e-6)
     return dict(rtol=1e-12, atol=1e-12)
 
 
