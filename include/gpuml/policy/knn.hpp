@@ -4,11 +4,11 @@
 
 #include <gpuml/core/config.hpp>
 #include <gpuml/core/metric.hpp>
+#include <gpuml/policy/device_class.hpp>
 #include <gpuml/policy/limits.hpp>
+#include <gpuml/policy/store.hpp>
 #include <gpuml/policy/tile.hpp>
 #include <gpuml/shaders/knn_select.h>
-#include <gpuml/policy/device_class.hpp>
-#include <gpuml/policy/store.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
 #include <concepts>
@@ -56,17 +56,20 @@ struct KnnTileParams {
   }
 };
 
+/// The largest k the kernel selects on the device (larger k: the host engine).
+inline constexpr std::uint32_t kKnnMaxK = 2048;
+
 /// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups; Lists: bounded
 /// searches may use candidate lists (false: heaps always).
 template <std::uint32_t WX = 16, std::uint32_t WY = 16, std::uint32_t TM = 8, std::uint32_t TN = 8, std::uint32_t BK = 16,
-          std::uint32_t MaxK = 2048, std::uint32_t TargetGroups = 1024, bool Lists = true>
+          std::uint32_t MaxK = kKnnMaxK, std::uint32_t TargetGroups = 1024, bool Lists = true>
 struct KnnTile {
   static_assert(WX > 0 && WY > 0 && TM > 0 && TN > 0 && BK > 0, "tile dimensions must be positive");
   static_assert(WX * WY <= 1024, "at most 1024 threads per workgroup");
   static_assert(TM * TN <= 256, "at most 256 accumulators per thread");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are multiples of 4 (shared tiles are read as 4-vectors)");
   static_assert(TN <= 32, "at most 32 columns per thread (a bit mask of them is kept)");
-  static_assert(MaxK >= 1, "k of at least 1 must be supported");
+  static_assert(MaxK >= 1 && MaxK <= kKnnMaxK, "k from 1 to the kernel's largest, kKnnMaxK");
   static_assert(TargetGroups >= 1, "at least one workgroup");
   static constexpr std::uint32_t max_k = MaxK;
   static constexpr bool candidate_lists = Lists;
@@ -138,9 +141,6 @@ struct KnnTileTraits {
     return shape_misfit<T>(device, t);
   }
 };
-
-/// The largest k the kernel selects on the device (larger k: the host engine).
-inline constexpr std::uint32_t kKnnMaxK = 2048;
 
 /// The default policy: no fixed tile, so the kernel resolves one (GPUML_KNN_TILE, else the stored winner, else the
 /// catalogue: resolve_tile), with the kernel's limits: k up to max_k, candidate lists allowed.
