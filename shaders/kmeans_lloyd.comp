@@ -3,14 +3,16 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 // One Lloyd E-step over a chunk of samples, fused with the partial M-step:
 //   labels[i] = argmin_c ||c||^2 - 2 <x_i, c>   (strict <, so the lowest index wins ties),
-//   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster.
+//   a flag when any label changed, and per-workgroup partial sums  sum_i w_i x_i  and  sum_i w_i  per cluster,
+//   exact: each term in the fit's fixed point (exact_sum.glsl), so any cut of the rows gives the same sums.
 // Persistent workgroups: group g takes sample tiles g, g + groups, ... in order. Distances come from register
 // tiles (SPT samples x KT centers per thread); the centers sit in shared memory when they all fit (KS x DS),
 // else they are read from global memory, the same address for every thread.
-// Partial sums are deterministic without float atomics: each workgroup adds its samples to its own sums in index
-// order, a batch of ROUNDS rounds of THREADS samples at a time, every sample setting one bit in its cluster's mask.
+// Each workgroup adds its samples to its own sums in index order (an order that no longer matters, the sums being
+// integers, but that keeps every walk simple), a batch of ROUNDS rounds of THREADS samples at a time, every sample setting one bit in its cluster's mask.
 // Where each cluster has few members in the batch, the thread owning a cluster walks its bits, reading each
 // member's row whole. Otherwise (a crowded batch: few clusters, or a poor init; more clusters than threads; wide
 // rows) the batch is sorted by cluster in shared memory (a sample's rank is the count of its cluster's bits before
@@ -30,6 +32,7 @@
 // the partial sums are then added from the labels exactly as the plain step adds them, by the workgroups where a
 // label changed (dirty[]). The step that sets the bounds (kBoundsSet) lists every sample.
 #include "common.glsl"
+#include "exact_sum.glsl"
 #include "kmeans_lloyd.h"
 
 layout(constant_id = kSpecThreads) const uint THREADS = 128;     // a multiple of 32
@@ -65,7 +68,7 @@ layout(std430, binding = kBindingLabels) buffer LabelBuf { uint labels[]; };
 layout(std430, binding = kBindingCenters) readonly buffer CBuf { scalar C[]; };
 layout(std430, binding = kBindingCenterNorms) readonly buffer CNormBuf { scalar cnorm[]; };
 // coherent: with ACC_SHARED = 0 the threads of a workgroup hand partial sums to each other through this buffer.
-layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { scalar partials[]; };
+layout(std430, binding = kBindingPartials) coherent buffer PartialBuf { int64_t partials[]; };
 layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 // Sample i: (u, l, ||x_i||^2 as the kernel computes it, unused).
 layout(std430, binding = kBindingBounds) buffer BoundsBuf { scalar4 bounds[]; };
@@ -105,7 +108,7 @@ shared uint present[MAX_PRESENT * ADDS + 1];
 shared uint present_count;
 shared uint batch_members;
 shared uint batch_crowded;
-shared scalar Acc[K * DW * ACC_SHARED * ADDS + 1];
+shared int64_t Acc[K * DW * ACC_SHARED * ADDS + 1];
 shared uint group_changed;
 
 // Members of cluster c in the batch's masks.
@@ -168,7 +171,7 @@ void load_centers(uint cs, uint fs) {
   barrier();
 }
 
-void acc_add(uint region, uint index, scalar v) {
+void acc_add(uint region, uint index, int64_t v) {
   if (ACC_SHARED != 0) Acc[index] += v;
   else partials[region + index] += v;
 }
@@ -252,6 +255,7 @@ void main() {
   const bool sums_only = STAGE == kStageSums;
   if (sums_only && p.bounds_mode == kBoundsUse && dirty[g] == 0u) return;  // uniform in the workgroup
   const bool update = p.update != 0 && STAGE != kStageSearch;
+  const scalar value_scale = exact_scale(p.value_exponent), weight_scale = exact_scale(p.weight_exponent);
 
   // Zeroed here, summed by the cluster's owner or the thread of a (cluster, feature) pair, written out at the end.
   // A step streamed in slices of tiles (p.tile_begin > 0) goes on from the sums its earlier slices wrote: each
@@ -260,8 +264,8 @@ void main() {
     for (uint c = t; c < K; c += THREADS)
       for (uint f = 0; f < DW; ++f) {
         if (p.tile_begin == 0) {
-          if (ACC_SHARED != 0) Acc[c * DW + f] = scalar(0);
-          else partials[region + c * DW + f] = scalar(0);
+          if (ACC_SHARED != 0) Acc[c * DW + f] = 0l;
+          else partials[region + c * DW + f] = 0l;
         } else if (ACC_SHARED != 0) {
           Acc[c * DW + f] = partials[region + c * DW + f];
         }
@@ -399,9 +403,9 @@ void main() {
                 const scalar wi = W[i];
                 for (uint f = 0; f < D; ++f) {
                   precise scalar term = X[i * D + f] * wi;
-                  acc_add(region, c * DW + f, term);
+                  acc_add(region, c * DW + f, fixed_point(term, value_scale));
                 }
-                acc_add(region, c * DW + D, wi);
+                acc_add(region, c * DW + D, fixed_point(wi, weight_scale));
               }
             }
           continue;
@@ -432,11 +436,12 @@ void main() {
         for (uint e = t; e < present_count * DW; e += THREADS) {
           const uint c = present[e / DW], f = e % DW, index = c * DW + f, range = cluster_range[c];
           const uint begin = range & 0xFFFFu, end = begin + (range >> 16u);
-          scalar sum = ACC_SHARED != 0 ? Acc[index] : partials[region + index];
+          int64_t sum = ACC_SHARED != 0 ? Acc[index] : partials[region + index];
+          const scalar scale = f < D ? value_scale : weight_scale;
           for (uint m = begin; m < end; ++m) {
             const uint i = first + sorted_positions[m];
             precise scalar term = f < D ? X[i * D + f] * W[i] : W[i];
-            sum += term;
+            sum += fixed_point(term, scale);
           }
           if (ACC_SHARED != 0) Acc[index] = sum;
           else partials[region + index] = sum;

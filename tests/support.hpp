@@ -96,4 +96,13 @@ double reference_value(MatrixView<T> A, Eigen::Index i, MatrixView<T> B, Eigen::
   return acc;
 }
 
+/// One E-step of a Lloyd engine (host or device) with its exact sums rounded to T, as lloyd_loop rounds them.
+template <class Engine, class T>
+bool e_step_rounded(Engine& engine, const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+  algorithms::ClusterSums exact;
+  const bool changed = engine.e_step(C, exact);
+  exact.round_to(sums, weights);
+  return changed;
+}
+
 }  // namespace gpuml::testing

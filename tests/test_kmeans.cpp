@@ -852,7 +852,7 @@ TYPED_TEST(KMeansTest, HostStepsInSlicesMatchWholeStepsAndCancel) {
   gpuml::Vector<T> weights_whole, weights_sliced;
   for (int step = 0; step < 4; ++step) {
     const int polls_before = polls;
-    EXPECT_EQ(whole.e_step(C, sums_whole, weights_whole), sliced.e_step(C, sums_sliced, weights_sliced));
+    EXPECT_EQ(gpuml::testing::e_step_rounded(whole, C, sums_whole, weights_whole), gpuml::testing::e_step_rounded(sliced, C, sums_sliced, weights_sliced));
     EXPECT_TRUE(whole.labels() == sliced.labels()) << "step " << step;
     EXPECT_EQ(std::memcmp(sums_whole.data(), sums_sliced.data(), sizeof(T) * sums_whole.size()), 0) << "step " << step;
     EXPECT_EQ(std::memcmp(weights_whole.data(), weights_sliced.data(), sizeof(T) * k), 0) << "step " << step;
@@ -862,7 +862,7 @@ TYPED_TEST(KMeansTest, HostStepsInSlicesMatchWholeStepsAndCancel) {
       if (weights_whole[j] > 0) C.row(j) = sums_whole.row(j) / weights_whole[j];
   }
   sliced.set_keep_going([] { return false; }, 0.0);
-  EXPECT_THROW(sliced.e_step(C, sums_sliced, weights_sliced), gpuml::cancelled);
+  EXPECT_THROW(gpuml::testing::e_step_rounded(sliced, C, sums_sliced, weights_sliced), gpuml::cancelled);
 }
 
 TYPED_TEST(KMeansTest, IterationCallbackReportsAndCancels) {

@@ -171,8 +171,8 @@ TYPED_TEST(KMeansBoundsTest, BoundedStepsAreThePlainStepsInPartsToo) {
     Matrix<T> C = X.topRows(k), sums_plain, sums_bounded;
     Eigen::VectorX<T> weights_plain, weights_bounded;
     for (int step = 0; step < 12; ++step) {
-      const bool changed_plain = plain.e_step(C, sums_plain, weights_plain);
-      const bool changed_bounded = bounded.e_step(C, sums_bounded, weights_bounded);
+      const bool changed_plain = gpuml::testing::e_step_rounded(plain, C, sums_plain, weights_plain);
+      const bool changed_bounded = gpuml::testing::e_step_rounded(bounded, C, sums_bounded, weights_bounded);
       EXPECT_EQ(changed_plain, changed_bounded) << "step " << step;
       ASSERT_EQ(sums_plain.size(), sums_bounded.size());
       ASSERT_EQ(std::memcmp(sums_plain.data(), sums_bounded.data(), sizeof(T) * sums_plain.size()), 0) << "step " << step;

@@ -250,8 +250,8 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
     Matrix<T> C = X.topRows(k), sums_whole, sums_parted;
     Eigen::VectorX<T> weights_whole, weights_parted;
     for (int step = 0; step < 4; ++step) {
-      const bool changed_whole = whole.e_step(C, sums_whole, weights_whole);
-      const bool changed_parted = parted.e_step(C, sums_parted, weights_parted);
+      const bool changed_whole = gpuml::testing::e_step_rounded(whole, C, sums_whole, weights_whole);
+      const bool changed_parted = gpuml::testing::e_step_rounded(parted, C, sums_parted, weights_parted);
       EXPECT_EQ(changed_whole, changed_parted) << "step " << step;
       ASSERT_EQ(sums_whole.size(), sums_parted.size());
       EXPECT_EQ(std::memcmp(sums_whole.data(), sums_parted.data(), sizeof(T) * sums_whole.size()), 0) << "step " << step;
@@ -260,10 +260,10 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
         if (weights_whole[j] > 0) C.row(j) = sums_whole.row(j) / weights_whole[j];
     }
     EXPECT_TRUE(whole.labels() == parted.labels());
-    EXPECT_TRUE(whole.e_step(C, sums_whole, weights_whole)) << "labels still change, so stale partial sums would show";
+    EXPECT_TRUE(gpuml::testing::e_step_rounded(whole, C, sums_whole, weights_whole)) << "labels still change, so stale partial sums would show";
     EXPECT_GE(polls, 3) << "the steps after the first ran in parts with a poll between them";
     parted.set_keep_going([] { return false; }, 0.0);
-    EXPECT_THROW(parted.e_step(C, sums_parted, weights_parted), gpuml::cancelled);
+    EXPECT_THROW(gpuml::testing::e_step_rounded(parted, C, sums_parted, weights_parted), gpuml::cancelled);
   }
 }
 
@@ -296,7 +296,7 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
             C = X.bottomRows(shape.k);
             engine.assign(C);
           }
-          engine.e_step(C, sums, weights);
+          gpuml::testing::e_step_rounded(engine, C, sums, weights);
           const Labels& labels = engine.labels();
           Matrix<double> expected_sums = Matrix<double>::Zero(shape.k, shape.d);
           Eigen::VectorXd expected_weights = Eigen::VectorXd::Zero(shape.k);
@@ -710,33 +710,38 @@ TYPED_TEST(KMeansDeviceTest, KNear2048RunsOnTheDevice) {
   }
 }
 
-// Rows sharded across several logical devices (the device under test opened two and three times): the same
-// labels, n_iter and (to float32 rounding of the partial sums) centers and inertia as on one device; a one-device
-// list is that device exactly. Awkward row counts, so the shards differ in size.
-TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFit) {
+// Rows sharded across several logical devices (the device under test opened two and three times): labels,
+// centers, inertia and n_iter identical, bit for bit, to one device's fit (the sums are exact, so no cut of the rows
+// changes them). Real-valued random data without clusters, off the origin (centring matters), random weights, and
+// a long run: a sum that depended on the cut would move a center by a rounding and, over the steps, labels with it.
+// Awkward row counts, so the shards differ in size; the plain and the bounded E-step.
+TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFitBitForBit) {
   using T = TypeParam;
   for (const auto& dev : devices()) {
     const std::string index = std::to_string(dev.backend.device()->info().index);
-    const Matrix<T> X = blobs<T>(3001, 7, 9, 91);
+    const Matrix<T> X = random_matrix<T>(20011, 5, 4242, -3.0, 7.0);
+    const Eigen::VectorX<T> w = random_matrix<T>(X.rows(), 1, 4243, 0.25, 2.0).col(0);
     KMeansParams p;
-    p.n_clusters = 9;
-    p.init_centers = (X.topRows(9).template cast<double>().array() + 0.25).matrix();
-    p.max_iter = 30;
-    KMeans<T> one(p, dev.backend);
-    one.fit(X);
-    for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
-      const gpuml::Backend sharded = gpuml::select_backend(list);
-      ASSERT_EQ(sharded.device_count(), std::size_t(std::count(list.begin(), list.end(), ',') + 1));
-      EXPECT_NE(sharded.device(0), sharded.device(1));  // distinct logical devices
-      KMeans<T> many(p, sharded);
-      many.fit(X);
-      EXPECT_TRUE(many.labels() == one.labels()) << list;
-      EXPECT_EQ(many.n_iter(), one.n_iter()) << list;
-      const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-      EXPECT_NEAR(many.inertia(), one.inertia(), tol * one.inertia()) << list;
-      EXPECT_LE((many.cluster_centers() - one.cluster_centers()).cwiseAbs().maxCoeff(),
-                tol * (1 + one.cluster_centers().cwiseAbs().maxCoeff()))
-          << list;
+    p.n_clusters = 37;
+    p.init_centers = X.topRows(37).template cast<double>();
+    p.max_iter = 60;
+    p.tol = 0;
+    for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
+      p.e_step = e_step;
+      KMeans<T> one(p, dev.backend);
+      one.fit(X, w);
+      for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
+        const gpuml::Backend sharded = gpuml::select_backend(list);
+        ASSERT_EQ(sharded.device_count(), std::size_t(std::count(list.begin(), list.end(), ',') + 1));
+        EXPECT_NE(sharded.device(0), sharded.device(1));  // distinct logical devices
+        KMeans<T> many(p, sharded);
+        many.fit(X, w);
+        const std::string where = list + (e_step == gpuml::KMeansEStep::plain ? " plain" : " bounded");
+        EXPECT_TRUE(many.labels() == one.labels()) << where;
+        EXPECT_EQ(many.n_iter(), one.n_iter()) << where;
+        EXPECT_EQ(many.inertia(), one.inertia()) << where;
+        EXPECT_TRUE((many.cluster_centers().array() == one.cluster_centers().array()).all()) << where;
+      }
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <exception>
 #include <memory>
 #include <numeric>
@@ -60,10 +61,11 @@ void check_init_centers(const Matrix<double>& c, Eigen::Index k, Eigen::Index d)
       throw invalid_input("init_centers: Input contains infinity or a value too large for dtype('float32')");
 }
 
-/// Sample weights: finite and non-negative. Returns their sum (float64) and how many are positive.
+/// Sample weights: finite and non-negative. Returns their sum (float64), how many are positive and the largest.
 struct WeightSummary {
   double sum = 0;
   Eigen::Index positive = 0;
+  double largest = 0;
 };
 /// Checked in blocks on the host threads; the message names the first bad weight, the sum adds the blocks in order.
 template <class T>
@@ -82,6 +84,7 @@ WeightSummary check_sample_weight(VectorView<T> w) {
       }
       s.sum += static_cast<double>(v);
       s.positive += v > 0;
+      s.largest = std::max(s.largest, static_cast<double>(v));
     }
   });
   WeightSummary total;
@@ -92,6 +95,7 @@ WeightSummary check_sample_weight(VectorView<T> w) {
     }
     total.sum += part[static_cast<std::size_t>(c)].sum;
     total.positive += part[static_cast<std::size_t>(c)].positive;
+    total.largest = std::max(total.largest, part[static_cast<std::size_t>(c)].largest);
   }
   return total;
 }
@@ -99,23 +103,267 @@ WeightSummary check_sample_weight(VectorView<T> w) {
 /// Rows per task of the fit's passes over X on the host.
 inline constexpr std::int64_t kRowChunk = 1 << 15;
 
+/// Each column's smallest and largest value (over every rank's rows, in a distributed fit).
+struct ColumnRange {
+  Eigen::RowVectorXd lowest, highest;
+};
+
 /// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
-/// order (the result does not depend on the thread count). A distributed fit adds each rank's sums.
+/// order (the result does not depend on the thread count). A distributed fit adds each rank's sums. With `range`,
+/// the same pass finds each column's extremes (of X; empty where X has no rows).
 template <class M>
-Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center) {
-  const std::int64_t n = X.rows(), chunks = (n + kRowChunk - 1) / kRowChunk;
-  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(X.cols()));
+Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr) {
+  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(d));
+  std::vector<ColumnRange> ranges(range ? static_cast<std::size_t>(chunks) : 0,
+                                  ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)});
   parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
     Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
     for (std::int64_t i = begin; i < end; ++i) {  // expressions, no temporary row per sample
       if (center) s.array() += (X.row(i).template cast<double>() - *center).array().square();
       else s += X.row(i).template cast<double>();
+      if (range) {
+        ColumnRange& r = ranges[static_cast<std::size_t>(c)];
+        r.lowest = r.lowest.cwiseMin(X.row(i).template cast<double>());
+        r.highest = r.highest.cwiseMax(X.row(i).template cast<double>());
+      }
     }
   });
-  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(X.cols());
+  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
   for (const auto& s : part) total += s;
+  if (range) {
+    *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)};
+    for (const auto& r : ranges) {
+      range->lowest = range->lowest.cwiseMin(r.lowest);
+      range->highest = range->highest.cwiseMax(r.highest);
+    }
+  }
   return total;
 }
+
+/// Per-column sums of X, or of (X - center)^2, that do not depend on how the rows are cut (threads, devices, ranks):
+/// each term v becomes y = v * 2^e_f, e_f one exponent per column for the whole sum, held as two integers,
+/// round(y) and round((y - round(y)) * 2^32), added in int64. e_f keeps |round(y)| <= 2^37 (a chunk of 2^15 rows
+/// adds its terms exactly in double) and the sum over all rows within 2^62: at least 69 bits of each term relative
+/// to the column's bound, more than double's 53. A distributed fit adds each rank's integers.
+struct ExactColumnSums {
+  Eigen::Matrix<std::int64_t, 1, Eigen::Dynamic> whole, fraction;  ///< sums of round(y) and of the 2^-32 parts
+  Eigen::RowVectorXi exponents;
+
+  /// The exponents for sums of `rows` terms per column, each at most `bound[f]` in magnitude.
+  static Eigen::RowVectorXi exponents_for(const Eigen::RowVectorXd& bound, std::int64_t rows) {
+    Eigen::RowVectorXi e(bound.size());
+    for (Eigen::Index f = 0; f < bound.size(); ++f) {
+      int chunk = 0, total = 0;
+      const double b = bound[f] * (1 + 1e-12);
+      if (!(b > 0) || !std::isfinite(b)) {
+        e[f] = 0;
+        continue;
+      }
+      std::frexp(b, &chunk);                                                     // b < 2^chunk
+      std::frexp(b * static_cast<double>(std::max<std::int64_t>(rows, 1)), &total);
+      e[f] = std::min({37 - chunk, 62 - total, 1000});
+    }
+    return e;
+  }
+  Eigen::RowVectorXd to_double() const {
+    Eigen::RowVectorXd out(whole.size());
+    for (Eigen::Index f = 0; f < whole.size(); ++f)
+      out[f] = std::ldexp(static_cast<double>(whole[f]) + std::ldexp(static_cast<double>(fraction[f]), -32), -exponents[f]);
+    return out;
+  }
+};
+
+/// Each column's bound on |x_f| (no center) or on (x_f - center_f)^2, from its extremes.
+inline Eigen::RowVectorXd column_bounds(const ColumnRange& range, const Eigen::RowVectorXd* center) {
+  const Eigen::Index d = range.lowest.size();
+  Eigen::RowVectorXd bound = Eigen::RowVectorXd::Zero(d);
+  for (Eigen::Index f = 0; f < d; ++f) {
+    if (!(range.lowest[f] <= range.highest[f])) continue;  // no rows
+    const double c = center ? (*center)[f] : 0.0;
+    const double m = std::max(std::abs(range.highest[f] - c), std::abs(range.lowest[f] - c));
+    bound[f] = center ? m * m : m;
+  }
+  return bound;
+}
+
+/// ExactColumnSums of X's rows (or of (X - center)^2) with the given exponents, by chunks of rows on the host threads.
+template <class M>
+ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, const Eigen::RowVectorXi& exponents) {
+  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  Eigen::RowVectorXd scale(d);
+  for (Eigen::Index f = 0; f < d; ++f) scale[f] = std::ldexp(1.0, exponents[f]);
+  constexpr double kFraction = 4294967296.0;  // 2^32
+  std::vector<Eigen::Matrix<std::int64_t, 2, Eigen::Dynamic>> part(static_cast<std::size_t>(chunks));
+  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    // Integers below 2^52 in double: this chunk's sums are exact.
+    Eigen::RowVectorXd whole = Eigen::RowVectorXd::Zero(d), fraction = Eigen::RowVectorXd::Zero(d);
+    for (std::int64_t i = begin; i < end; ++i)
+      for (std::int64_t f = 0; f < d; ++f) {
+        double v = static_cast<double>(X(i, f));
+        if (center) {
+          v -= (*center)[f];
+          v *= v;
+        }
+        const double y = v * scale[f], r = std::nearbyint(y);
+        whole[f] += r;
+        fraction[f] += std::nearbyint((y - r) * kFraction);
+      }
+    auto& out = part[static_cast<std::size_t>(c)];
+    out.resize(2, d);
+    for (std::int64_t f = 0; f < d; ++f) {
+      out(0, f) = static_cast<std::int64_t>(whole[f]);
+      out(1, f) = static_cast<std::int64_t>(fraction[f]);
+    }
+  });
+  ExactColumnSums sums;
+  sums.whole.setZero(d);
+  sums.fraction.setZero(d);
+  sums.exponents = exponents;
+  for (const auto& p : part) {
+    sums.whole += p.row(0);
+    sums.fraction += p.row(1);
+  }
+  return sums;
+}
+
+// The exact sums of a fit. The per-cluster sums of the M-step and the inertia are added in fixed point: each term
+// (w_i x_if, w_i, w_i ||x_i - c||^2, as T computes it) becomes round(term * 2^e) in int64, with one exponent e per
+// kind of term for the whole fit. Integer sums do not depend on the order of their terms, so a fit cut over several
+// devices, ranks, workgroups or threads returns the same sums, bit for bit, as one engine over all rows. e is the
+// largest exponent with rows * bound * 2^e <= 2^62, bound being a bound on every term's magnitude over the whole fit
+// (SumFrame): no sum can overflow, and every term keeps at least 62 - log2(rows) bits relative to the bound, more
+// than float32's 24 over sums of up to 2^38 rows.
+
+/// Bounds over every row of a fit (all devices, all ranks) that fix the exponents of its exact sums.
+struct SumFrame {
+  std::int64_t rows = 0;      ///< samples, over all shards
+  double max_value = 0;       ///< bound on |x_if| (the centred values the engines read)
+  double max_row_norm = 0;    ///< bound on ||x_i||
+  double max_weight = 0;      ///< bound on w_i
+
+  /// The exponent of sums of `rows` terms of magnitude at most `bound` (0 for an empty or zero bound).
+  static int exponent(double bound, std::int64_t rows) {
+    const double total = bound * static_cast<double>(std::max<std::int64_t>(rows, 1));
+    if (!(total > 0) || !std::isfinite(total)) return 0;
+    int e = 0;
+    std::frexp(total, &e);  // total < 2^e
+    // At most 100: tiny data keeps 100 fractional bits (every float32 scale factor stays finite on the device).
+    return std::min(62 - e, 100);
+  }
+  /// Of the weighted values' sums, sum_i w_i x_if.
+  int value_exponent() const { return exponent(max_value * max_weight * kTermSlack, rows); }
+  /// Of the weights' sums, sum_i w_i.
+  int weight_exponent() const { return exponent(max_weight * kTermSlack, rows); }
+  /// Of the inertia with centers C, sum_i w_i ||x_i - c_{l_i}||^2.
+  template <class T>
+  int inertia_exponent(const Matrix<T>& C) const {
+    double max_center = 0;
+    for (Eigen::Index j = 0; j < C.rows(); ++j) max_center = std::max(max_center, C.row(j).template cast<double>().norm());
+    const double reach = max_row_norm + max_center;
+    // A distance summed in T over d features rounds up by at most about d units of T's roundoff.
+    const double rounding = 1 + 4.0 * static_cast<double>(C.cols() + 2) * std::numeric_limits<T>::epsilon();
+    return exponent(max_weight * reach * reach * rounding * kTermSlack, rows);
+  }
+
+  /// The frame of a fit over exactly these rows (one pass over them on the host threads).
+  template <class T>
+  static SumFrame of(const ShiftedView<T>& X, VectorView<T> w) {
+    const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
+    std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(d));
+    std::vector<double> weight(static_cast<std::size_t>(chunks), 0.0);
+    parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+      Eigen::RowVectorXd& m = part[static_cast<std::size_t>(c)];
+      for (std::int64_t i = begin; i < end; ++i) {
+        for (std::int64_t f = 0; f < d; ++f) m[f] = std::max(m[f], std::abs(static_cast<double>(X(i, f))));
+        weight[static_cast<std::size_t>(c)] = std::max(weight[static_cast<std::size_t>(c)], static_cast<double>(w[i]));
+      }
+    });
+    Eigen::RowVectorXd largest = Eigen::RowVectorXd::Zero(d);
+    SumFrame frame;
+    for (std::size_t c = 0; c < part.size(); ++c) {
+      largest = largest.cwiseMax(part[c]);
+      frame.max_weight = std::max(frame.max_weight, weight[c]);
+    }
+    frame.rows = n;
+    frame.max_value = d > 0 ? largest.maxCoeff() : 0.0;
+    frame.max_row_norm = largest.norm() * (1 + 1e-12);
+    return frame;
+  }
+  /// The frame of a fit over `rows` samples whose columns span `range` and are centred by `mean` in T, with weights
+  /// up to `max_weight`: from the column extremes, without a pass over the rows.
+  template <class T>
+  static SumFrame of(const ColumnRange& range, const Eigen::Matrix<T, 1, Eigen::Dynamic>& mean, double max_weight,
+                     std::int64_t rows) {
+    // x - mean rounded to T: within one unit of T's roundoff of the exact difference.
+    const double rounding = 1 + 2.0 * std::numeric_limits<T>::epsilon();
+    Eigen::RowVectorXd largest = Eigen::RowVectorXd::Zero(mean.size());
+    for (Eigen::Index f = 0; f < mean.size(); ++f) {
+      const double m = static_cast<double>(mean[f]);
+      if (range.lowest.size() == mean.size() && range.lowest[f] <= range.highest[f])
+        largest[f] = std::max(std::abs(range.highest[f] - m), std::abs(range.lowest[f] - m)) * rounding;
+    }
+    SumFrame frame;
+    frame.rows = rows;
+    frame.max_value = mean.size() > 0 ? largest.maxCoeff() : 0.0;
+    frame.max_row_norm = largest.norm() * (1 + 1e-12);
+    frame.max_weight = max_weight;
+    return frame;
+  }
+
+ private:
+  /// A term rounded in T may exceed the exact product of the bounds by a few units of roundoff.
+  static constexpr double kTermSlack = 1 + 1e-6;
+};
+
+/// A term of an exact sum: round(v * 2^e), ties to even (the device kernels' roundEven).
+template <class T>
+inline std::int64_t fixed_point(T v, int e) {
+  return static_cast<std::int64_t>(std::nearbyint(std::ldexp(v, e)));
+}
+
+/// An exact sum and its exponent.
+struct ExactSum {
+  std::int64_t value = 0;
+  int exponent = 0;
+  double to_double() const { return std::ldexp(static_cast<double>(value), -exponent); }
+  ExactSum& operator+=(const ExactSum& o) {
+    value += o.value;
+    return *this;
+  }
+};
+
+/// The M-step's per-cluster sums of one E-step, exact: sum_i w_i x_if (k x d) and sum_i w_i (k) in fixed point.
+struct ClusterSums {
+  Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> values;
+  Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> weights;
+  int value_exponent = 0, weight_exponent = 0;
+
+  void reset(Eigen::Index k, Eigen::Index d, const SumFrame& frame) {
+    values.setZero(k, d);
+    weights.setZero(k);
+    value_exponent = frame.value_exponent();
+    weight_exponent = frame.weight_exponent();
+  }
+  /// Adds another part's sums (the same frame): exact, in any order.
+  ClusterSums& operator+=(const ClusterSums& o) {
+    values += o.values;
+    weights += o.weights;
+    return *this;
+  }
+  /// The sums rounded to T, as the M-step averages them.
+  template <class T>
+  void round_to(Matrix<T>& sums, Vector<T>& weight_sums) const {
+    sums.resize(values.rows(), values.cols());
+    weight_sums.resize(weights.size());
+    for (Eigen::Index j = 0; j < values.rows(); ++j) {
+      for (Eigen::Index f = 0; f < values.cols(); ++f)
+        sums(j, f) = static_cast<T>(std::ldexp(static_cast<double>(values(j, f)), -value_exponent));
+      weight_sums[j] = static_cast<T>(std::ldexp(static_cast<double>(weights[j]), -weight_exponent));
+    }
+  }
+};
 
 /// How many of the k clusters hold at least one label (scikit-learn warns when fewer than k do): blocks of labels on
 /// the host threads.
@@ -160,11 +408,11 @@ struct LloydResult {
 
 /// The engine operations of lloyd_loop (see there).
 template <class E, class T>
-concept LloydEngine = requires(E& e, const Matrix<T>& c, Matrix<T>& sums, Vector<T>& weights) {
-  { e.e_step(c, sums, weights) } -> std::convertible_to<bool>;
+concept LloydEngine = requires(E& e, const Matrix<T>& c, ClusterSums& sums) {
+  { e.e_step(c, sums) } -> std::convertible_to<bool>;
   { e.labels() } -> std::convertible_to<const Labels&>;
   e.assign(c);
-  { e.inertia(c) } -> std::convertible_to<double>;
+  { e.inertia(c) } -> std::convertible_to<ExactSum>;
 };
 
 /// The engine operations of plus_plus_loop (see there), besides the sampling masses draw() reads.
@@ -285,10 +533,8 @@ void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
 }
 
 /// Several engines, each over its own contiguous range of rows (on its own device), as one LloydEngine: they run
-/// their E-steps at once, one thread each, and their per-cluster sums and weights are added in float64 in shard
-/// order, then rounded to T. With one shard it is that shard exactly; with several, the sums differ from one
-/// engine's by the rounding of each shard's partial sums (a few units in the last place of T per cluster), so
-/// labels agree except where a sample is within that rounding of two centers.
+/// their E-steps at once, one thread each, and add their exact sums (each engine built with the whole fit's
+/// SumFrame): the same sums, inertia and so labels, bit for bit, as one engine over all rows.
 template <class Engine, class T>
 class ShardedLloydEngine {
  public:
@@ -296,25 +542,13 @@ class ShardedLloydEngine {
   ShardedLloydEngine(std::vector<std::unique_ptr<Engine>> shards, std::vector<std::int64_t> first_rows, std::int64_t n)
       : shards_(std::move(shards)), first_(std::move(first_rows)), n_(n) {}
 
-  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+  bool e_step(const Matrix<T>& C, ClusterSums& sums) {
     const std::size_t count = shards_.size();
-    std::vector<Matrix<T>> part_sums(count);
-    std::vector<Vector<T>> part_weights(count);
+    std::vector<ClusterSums> parts(count);
     std::vector<char> changed(count, 0);
-    each([&](std::size_t s) { changed[s] = shards_[s]->e_step(C, part_sums[s], part_weights[s]) ? 1 : 0; });
-    if (count == 1) {
-      sums = std::move(part_sums[0]);
-      weights = std::move(part_weights[0]);
-      return changed[0] != 0;
-    }
-    Eigen::MatrixXd total_sums = Eigen::MatrixXd::Zero(C.rows(), C.cols());
-    Eigen::VectorXd total_weights = Eigen::VectorXd::Zero(C.rows());
-    for (std::size_t s = 0; s < count; ++s) {
-      total_sums += part_sums[s].template cast<double>();
-      total_weights += part_weights[s].template cast<double>();
-    }
-    sums = total_sums.cast<T>();
-    weights = total_weights.cast<T>();
+    each([&](std::size_t s) { changed[s] = shards_[s]->e_step(C, parts[s]) ? 1 : 0; });
+    sums = std::move(parts[0]);
+    for (std::size_t s = 1; s < count; ++s) sums += parts[s];
     return std::any_of(changed.begin(), changed.end(), [](char c) { return c != 0; });
   }
 
@@ -331,11 +565,11 @@ class ShardedLloydEngine {
     each([&](std::size_t s) { shards_[s]->assign(C); });
   }
 
-  double inertia(const Matrix<T>& C) {
-    std::vector<double> parts(shards_.size(), 0.0);
+  ExactSum inertia(const Matrix<T>& C) {
+    std::vector<ExactSum> parts(shards_.size());
     each([&](std::size_t s) { parts[s] = shards_[s]->inertia(C); });
-    double total = 0;
-    for (double p : parts) total += p;
+    ExactSum total = parts[0];
+    for (std::size_t s = 1; s < parts.size(); ++s) total += parts[s];
     return total;
   }
 
@@ -353,11 +587,11 @@ class ShardedLloydEngine {
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:
-///   bool e_step(C, sums, weights)  labels by nearest center, per-cluster weighted sums and weights; true when a
-///                                  label changed (always on the first call)
+///   bool e_step(C, sums)           labels by nearest center, the exact per-cluster weighted sums and weights
+///                                  (ClusterSums); true when a label changed (always on the first call)
 ///   const Labels& labels()         the current labels
 ///   void assign(C)                 an E-step without sums (the final one)
-///   double inertia(C)              sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences
+///   ExactSum inertia(C)            sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences
 /// The M-step (relocation, averaging), convergence and verbose output live here, once for every backend.
 template <class T, class Engine>
   requires LloydEngine<Engine, T>
@@ -367,10 +601,12 @@ LloydResult<T> lloyd_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, con
   LloydResult<T> r;
   Matrix<T> centers = init_centers, centers_new(k, X.cols());
   Vector<T> weights(k);
+  ClusterSums sums;
   const auto loop_start = std::chrono::steady_clock::now();
   int i = 0;
   for (; i < max_iter; ++i) {
-    const bool changed = engine.e_step(centers, centers_new, weights);
+    const bool changed = engine.e_step(centers, sums);
+    sums.round_to(centers_new, weights);
     if ((weights.array() == T(0)).any()) {
       // An engine whose rows are not all here (MPI ranks) relocates across its shards itself.
       if constexpr (requires { engine.relocate_empty_clusters(centers, centers_new, weights); })
@@ -380,7 +616,7 @@ LloydResult<T> lloyd_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, con
     }
     average_centers<T>(centers_new, weights);
     if (verbose) {
-      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers)));
+      const double in = static_cast<double>(static_cast<T>(engine.inertia(centers).to_double()));
       verbose_line("Iteration " + std::to_string(i) + ", inertia " + py_repr(in) + ".");
     }
     T shift_tot = 0;
@@ -407,7 +643,7 @@ LloydResult<T> lloyd_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, con
   const auto loop_end = std::chrono::steady_clock::now();
   r.iteration_seconds = std::chrono::duration<double>(loop_end - loop_start).count();
   if (!r.strict_convergence) engine.assign(centers);  // so that labels_ == predict(X)
-  r.inertia = engine.inertia(centers);
+  r.inertia = engine.inertia(centers).to_double();
   r.centers = std::move(centers);
   if constexpr (requires { { engine.take_labels() } -> std::same_as<Labels>; }) r.labels = engine.take_labels();
   else r.labels = engine.labels();

@@ -52,7 +52,8 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
                                const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
                                kernels::ResidentSamples<T>* resident = nullptr,
-                               const std::optional<KMeansTileParams>& tile = {}) {
+                               const std::optional<KMeansTileParams>& tile = {},
+                               const std::optional<algorithms::SumFrame>& frame = {}) {
   // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
   if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
   return run_on<T>(
@@ -60,14 +61,15 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
       [&] {
         if (backend.device_count() == 1)
           return kernels::lloyd<T>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                   keep_going, e_step, resident, tile);
+                                   keep_going, e_step, resident, tile, frame);
         std::vector<vulkan::Device*> devices;
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step, tile);
+        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step, tile,
+                                         frame);
       },
       [&] {
         return with_centred_copy(X, [&](MatrixView<T> Xc) {
-          return host::lloyd<T>(Xc, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going);
+          return host::lloyd<T>(Xc, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going, frame);
         });
       });
 }
@@ -134,6 +136,7 @@ struct KMeansInputs {
   VectorView<T> w;
   Eigen::Matrix<T, 1, Eigen::Dynamic> mean;  ///< X's column means in T, as scikit-learn centers
   double tol_absolute = 0;
+  algorithms::SumFrame frame;  ///< the bounds of the exact sums, over every shard's rows
   int n_init = 1;
 
   template <class Rows>
@@ -141,9 +144,10 @@ struct KMeansInputs {
       : unit_weights(sample_weight ? Eigen::Index(0) : X.rows()),
         w(sample_weight ? *sample_weight : VectorView<T>(unit_weights)) {
     const Eigen::Index n_local = X.rows(), d = X.cols();
-    // The column sums give the mean and, in the same pass, the finite check: a sum of finite floats in double is
-    // finite, so only a non-finite sum needs the search for the first bad value (which a double X may also pass).
-    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr);
+    // The column sums give the finite check and, in the same pass, each column's range: a sum of finite floats in
+    // double is finite, so only a non-finite sum needs the search for the first bad value (a double X may pass it).
+    algorithms::ColumnRange range;
+    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range);
     if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
     const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
@@ -170,11 +174,18 @@ struct KMeansInputs {
            std::to_string(n_init) + ".");
       n_init = 1;
     }
-    // Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
-    const Eigen::RowVectorXd mean_d = column_sums / static_cast<double>(n);
-    tol_absolute = p.tol == 0 ? 0.0
-                              : algorithms::absolute_tolerance(rows.column_sums(X, &mean_d), static_cast<double>(n), p.tol);
+    // The mean and the variances from exact column sums (algorithms::ExactColumnSums): the same on any number of
+    // ranks. Relative tol: mean of the per-feature population variances of X (unweighted, before centring).
+    using algorithms::ExactColumnSums;
+    const Eigen::RowVectorXd mean_d =
+        rows.exact_column_sums(X, nullptr, ExactColumnSums::exponents_for(algorithms::column_bounds(range, nullptr), n)) /
+        static_cast<double>(n);
+    if (p.tol != 0) {
+      const auto exponents = ExactColumnSums::exponents_for(algorithms::column_bounds(range, &mean_d), n);
+      tol_absolute = algorithms::absolute_tolerance(rows.exact_column_sums(X, &mean_d, exponents), static_cast<double>(n), p.tol);
+    }
     mean = mean_d.template cast<T>();
+    frame = algorithms::SumFrame::of<T>(range, mean, weights.largest, n);
   }
   KMeansInputs(const KMeansInputs&) = delete;
   KMeansInputs& operator=(const KMeansInputs&) = delete;
@@ -196,8 +207,13 @@ class LocalRows {
   void guarded(Work&& work) const {
     work();
   }
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center) const {
-    return algorithms::column_sums(X, center);
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
+                                 algorithms::ColumnRange* range = nullptr) const {
+    return algorithms::column_sums(X, center, range);
+  }
+  Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
+                                       const Eigen::RowVectorXi& exponents) const {
+    return algorithms::exact_column_sums(X, center, exponents).to_double();
   }
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
@@ -209,9 +225,9 @@ class LocalRows {
     return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
   }
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
-                                   const KMeansParams& p, double tol_absolute) {
+                                   const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
     return run_lloyd<T>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration, p.keep_going,
-                        p.e_step, &resident_, tile_);
+                        p.e_step, &resident_, tile_, frame);
   }
   bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(a, b, k); }
   int distinct_labels(const Labels& labels, int k) const { return algorithms::distinct_labels(labels, k); }
@@ -254,7 +270,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
       if (p.verbose) verbose_line("Initialization complete");
       fit.times.seeding += seconds_since(phase);
       phase = Clock::now();
-      algorithms::LloydResult<T> r = rows.lloyd(Xc, in.w, start, p, in.tol_absolute);
+      algorithms::LloydResult<T> r = rows.lloyd(Xc, in.w, start, p, in.tol_absolute, in.frame);
       fit.times.lloyd += seconds_since(phase);
       fit.times.setup += r.setup_seconds;
       fit.times.iterations += r.iteration_seconds;

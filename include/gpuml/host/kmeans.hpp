@@ -2,8 +2,8 @@
 // greedy k-means++ and random seeding, nearest-center assignment, exact distances and inertia.
 //
 // Work is cut into a fixed partition of sample blocks (it depends on n, k, d and the scalar type, never on the
-// thread count); each block accumulates its center sums privately in T and the blocks are combined in block order,
-// so results are identical for any GPUML_NUM_THREADS. Inside a block, samples go in chunks of 256 (as scikit-learn):
+// thread count); each block accumulates its center sums privately in the fit's exact fixed point
+// (algorithms::ClusterSums), so results are identical for any GPUML_NUM_THREADS and any cut of the rows. Inside a block, samples go in chunks of 256 (as scikit-learn):
 // one GEMM per chunk gives <x,c>, the argmin of ||c||^2 - 2<x,c> keeps the lowest index on ties.
 #pragma once
 
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -315,25 +316,27 @@ void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, co
 #endif
 }
 
-/// One pass over X with the centers C: labels, and when sums/weights are given the per-cluster weighted sums
-/// sum_i w_i x_i and weights sum_i w_i (accumulated in T per block, blocks combined in order). With a `pacer`, the
-/// blocks run in as many consecutive groups as it asks for, with its poll between them (the same blocks and sums).
+/// One pass over X with the centers C: labels, and when `sums` is given the exact per-cluster weighted sums
+/// sum_i w_i x_i and weights sum_i w_i in `frame`'s fixed point (algorithms::ClusterSums; per block, then added).
+/// With a `pacer`, the blocks run in as many consecutive groups as it asks for, with its poll between them.
 template <class T>
-void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>& C, Labels& labels, Matrix<T>* sums,
-                 Vector<T>* weights, const KeepGoingPacer* pacer = nullptr) {
+void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>& C, Labels& labels,
+                 algorithms::ClusterSums* sums, const algorithms::SumFrame* frame, const KeepGoingPacer* pacer = nullptr) {
   const std::int64_t n = X.rows(), d = X.cols(), k = C.rows();
   const CenterTerms<T> terms(C);
   const bool update = sums != nullptr;
+  if (update) sums->reset(k, d, *frame);
+  const int value_exponent = update ? sums->value_exponent : 0, weight_exponent = update ? sums->weight_exponent : 0;
   const Blocking bl = blocking<T>(n, k, d);
   const std::int64_t acc_size = k * (d + 1);
-  std::vector<T> acc(update ? static_cast<std::size_t>(bl.n_blocks * acc_size) : 0, T(0));
+  std::vector<std::int64_t> acc(update ? static_cast<std::size_t>(bl.n_blocks * acc_size) : 0, 0);
   // At most 64 slices, and a block per host thread at least in each, so slicing never idles threads.
   const std::int64_t slices = pacer ? pacer->parts(std::min<std::int64_t>(64, bl.n_blocks / host_threads())) : 1;
   const std::int64_t slice_blocks = (bl.n_blocks + slices - 1) / slices;
   auto block_pass = [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
     ChunkScratch<T> s(k, d);
-    T* a_sum = update ? acc.data() + blk * acc_size : nullptr;
-    T* a_w = update ? a_sum + k * d : nullptr;
+    std::int64_t* a_sum = update ? acc.data() + blk * acc_size : nullptr;
+    std::int64_t* a_w = update ? a_sum + k * d : nullptr;
     for (std::int64_t cb = b; cb < e; cb += kChunk) {
       const std::int64_t m = std::min(kChunk, e - cb);
       argmin_chunk(X, cb, m, C, terms, s);
@@ -343,9 +346,9 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
           const std::int32_t l = s.label[i];
           const T wi = (*w)[cb + i];
           const T* x = X.data() + (cb + i) * X.outerStride();
-          T* dst = a_sum + static_cast<std::int64_t>(l) * d;
-          for (std::int64_t f = 0; f < d; ++f) dst[f] += x[f] * wi;
-          a_w[l] += wi;
+          std::int64_t* dst = a_sum + static_cast<std::int64_t>(l) * d;
+          for (std::int64_t f = 0; f < d; ++f) dst[f] += algorithms::fixed_point<T>(x[f] * wi, value_exponent);
+          a_w[l] += algorithms::fixed_point<T>(wi, weight_exponent);
         }
       }
     }
@@ -357,13 +360,11 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
     if (r1 < n && pacer) pacer->poll();
   }
   if (update) {
-    sums->setZero(k, d);
-    weights->setZero(k);
     for (std::int64_t blk = 0; blk < bl.n_blocks; ++blk) {
-      const T* a = acc.data() + blk * acc_size;
-      T* dst = sums->data();
+      const std::int64_t* a = acc.data() + blk * acc_size;
+      std::int64_t* dst = sums->values.data();
       for (std::int64_t t = 0; t < k * d; ++t) dst[t] += a[t];
-      for (std::int64_t j = 0; j < k; ++j) (*weights)[j] += a[k * d + j];
+      for (std::int64_t j = 0; j < k; ++j) sums->weights[j] += a[k * d + j];
     }
   }
 }
@@ -378,23 +379,31 @@ Labels assign(MatrixView<T> X, const Matrix<T>& centers) {
   return labels;
 }
 
-/// sum_i w_i ||x_i - c_{l_i}||^2 from differences (per sample in T, summed in double per block, blocks in order).
+/// sum_i w_i ||x_i - c_{l_i}||^2 from differences, exact in `frame`'s fixed point (each term w_i d_i^2 in T).
 template <class T>
-double inertia(MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers, const Labels& labels) {
+algorithms::ExactSum exact_inertia(MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers, const Labels& labels,
+                                   const algorithms::SumFrame& frame) {
   const std::int64_t n = X.rows(), d = X.cols();
+  const int exponent = frame.inertia_exponent(centers);
   const auto bl = kmeans_detail::blocking<T>(n, centers.rows(), d);
-  std::vector<double> part(static_cast<std::size_t>(bl.n_blocks), 0.0);
+  std::vector<std::int64_t> part(static_cast<std::size_t>(bl.n_blocks), 0);
   parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
-    double s = 0;
-    for (std::int64_t i = b; i < e; ++i)
-      s += static_cast<double>(kmeans_detail::sq_dist(X.data() + i * X.outerStride(),
-                                                      centers.data() + std::int64_t{labels[i]} * d, d)) *
-           static_cast<double>(w[i]);
+    std::int64_t s = 0;
+    for (std::int64_t i = b; i < e; ++i) {
+      const T d2 = kmeans_detail::sq_dist(X.data() + i * X.outerStride(), centers.data() + std::int64_t{labels[i]} * d, d);
+      s += algorithms::fixed_point<T>(d2 * w[i], exponent);
+    }
     part[blk] = s;
   });
-  double total = 0;
-  for (double p : part) total += p;
+  algorithms::ExactSum total{0, exponent};
+  for (std::int64_t p : part) total.value += p;
   return total;
+}
+
+/// sum_i w_i ||x_i - c_{l_i}||^2 from differences (exact_inertia over these rows alone).
+template <class T>
+double inertia(MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers, const Labels& labels) {
+  return exact_inertia<T>(X, w, centers, labels, algorithms::SumFrame::of<T>(X, w)).to_double();
 }
 
 /// Euclidean distances of every row to every center (transform), from differences: exact 0 when x == c.
@@ -416,11 +425,13 @@ namespace kmeans_detail {
 template <class T>
 class HostLloyd {
  public:
-  HostLloyd(MatrixView<T> X, VectorView<T> w) : X_(X), w_(w), labels_(Labels::Constant(X.rows(), -1)) {}
-  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+  /// `frame`: the whole fit's (algorithms::SumFrame); none: a fit over exactly these rows.
+  HostLloyd(MatrixView<T> X, VectorView<T> w, const std::optional<algorithms::SumFrame>& frame = {})
+      : X_(X), w_(w), labels_(Labels::Constant(X.rows(), -1)), frame_(frame ? *frame : algorithms::SumFrame::of<T>(X, w)) {}
+  bool e_step(const Matrix<T>& C, algorithms::ClusterSums& sums) {
     const Labels old = labels_;
     const auto started = KeepGoingPacer::Clock::now();
-    assign_pass<T>(X_, &w_, C, labels_, &sums, &weights, &pacer_);
+    assign_pass<T>(X_, &w_, C, labels_, &sums, &frame_, &pacer_);
     pacer_.step_done(started);
     return labels_ != old;
   }
@@ -430,27 +441,30 @@ class HostLloyd {
   }
   const Labels& labels() const { return labels_; }
   void assign(const Matrix<T>& C) { assign_pass<T>(X_, nullptr, C, labels_, nullptr, nullptr); }
-  double inertia(const Matrix<T>& C) const;
+  algorithms::ExactSum inertia(const Matrix<T>& C) const;
 
  private:
   MatrixView<T> X_;
   VectorView<T> w_;
   Labels labels_;
+  algorithms::SumFrame frame_;
   KeepGoingPacer pacer_;
 };
 
 }  // namespace kmeans_detail
 
 template <class T>
-double kmeans_detail::HostLloyd<T>::inertia(const Matrix<T>& C) const {
-  return host::inertia<T>(X_, w_, C, labels_);
+algorithms::ExactSum kmeans_detail::HostLloyd<T>::inertia(const Matrix<T>& C) const {
+  return host::exact_inertia<T>(X_, w_, C, labels_, frame_);
 }
 
-/// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data, on the host.
+/// The full Lloyd loop of scikit-learn's _kmeans_single_lloyd on centred data, on the host. `frame`: the fit's
+/// bounds where the caller knows them (none: one pass over X finds them).
 template <class T>
 LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_centers, int max_iter, double tol_absolute,
-                     bool verbose, const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {}) {
-  kmeans_detail::HostLloyd<T> engine(X, w);
+                     bool verbose, const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
+                     const std::optional<algorithms::SumFrame>& frame = {}) {
+  kmeans_detail::HostLloyd<T> engine(X, w, frame);
   engine.set_keep_going(keep_going);
   return kmeans_detail::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
 }

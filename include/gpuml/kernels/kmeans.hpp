@@ -52,12 +52,22 @@ class LloydEngine {
   /// `resident`: where the fit keeps its samples on the device (taken from there when an earlier engine of the fit
   /// left them in this layout, else uploaded and left there); null: this engine's own upload. `fixed_tile`: the
   /// kernel's tile (a compile-time policy's, the tuner's candidate); none: the resolver's (kernels::choose_tile).
+  /// `frame`: the whole fit's bounds for its exact sums (algorithms::SumFrame; every shard of a fit gets the same);
+  /// none: a fit over exactly these rows (one pass over them on the host finds it).
   LloydEngine(vulkan::Device& device, ShiftedView<T> X, const T* weights, std::uint32_t k,
               KMeansEStep e_step = KMeansEStep::plain, ResidentSamples<T>* resident = nullptr,
-              const std::optional<KMeansTileParams>& fixed_tile = {})
+              const std::optional<KMeansTileParams>& fixed_tile = {},
+              const std::optional<algorithms::SumFrame>& frame = {})
       : dev_(device), n_(X.rows()), d_(X.cols()), k_(k) {
     require_scalar_support<T>(device);
     const auto& info = device.info();
+    if (!info.int64)
+      throw unsupported(info.name + " has no shaderInt64: k-means adds its sums exactly in 64-bit integers");
+    if (frame) {
+      frame_ = *frame;
+    } else if (weights) {
+      frame_ = algorithms::SumFrame::of<T>(X, Eigen::Map<const Vector<T>>(weights, X.rows()));
+    }  // else an engine without weights, which only assigns labels (predict)
     const bool bounded = e_step == KMeansEStep::bounded ||
                          (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
     const KMeansTileParams tile_params = choose_tile<KMeansTileTraits, T>(fixed_tile, info, {k, static_cast<std::uint32_t>(d_)});
@@ -74,9 +84,9 @@ class LloydEngine {
     std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");
     if (chunk < n_) chunk = std::max<std::uint64_t>(tile, chunk / tile * tile);
     const std::uint64_t n_chunks = ceil_div(n_, chunk);
-    // Workgroups: enough to fill a large GPU, while all partials (k x (d+1) each) stay within one binding.
+    // Workgroups: enough to fill a large GPU, while all partials (k x (d+1) exact sums each) stay within one binding.
     const std::uint64_t row = std::uint64_t(k) * (d_ + 1);
-    const std::uint64_t partial_budget = std::min<std::uint64_t>(max_bytes, std::uint64_t(256) << 20) / (row * s);
+    const std::uint64_t partial_budget = std::min<std::uint64_t>(max_bytes, std::uint64_t(256) << 20) / (row * kExact);
     // On CPU devices one sample tile per workgroup: llvmpipe stops an invocation after 65,535 loop iterations in
     // all (silently), so workgroups must not loop over tiles there.
     // Elsewhere at least 4096, and at most 8 tiles each: the bounded step adds again only the partial sums of
@@ -92,7 +102,7 @@ class LloydEngine {
     };
     std::uint64_t all_groups = 0;
     for (std::uint64_t r0 = 0; r0 < n_; r0 += chunk) all_groups += chunk_groups(std::min(chunk, n_ - r0));
-    const std::uint64_t rest = n_ * 4 + all_groups * (row + 1) * s + 4 * row * s;
+    const std::uint64_t rest = n_ * 4 + all_groups * (row + 1) * kExact + 4 * row * s;
     const std::uint64_t needed = n_ * (d_ + 1) * s + rest;  // samples and weights (allocated either way)
     const std::uint64_t budget = device_memory_budget(info);
     streamed_ = budget && needed > budget;
@@ -141,11 +151,11 @@ class LloydEngine {
     centers_staging_ = device.buffer((row + drift_elements()) * s, vulkan::MemoryUse::upload);
     drift_ = device.buffer(plan_.bounds ? drift_elements() * s : 16);
     unbound_ = device.buffer(16);  // the bounds and list bindings of the plain E-step, which reads nothing there
-    partials_ = device.buffer(std::uint64_t(parts_) * row * s);
-    sums_ = device.buffer(row * s);
+    partials_ = device.buffer(std::uint64_t(parts_) * row * kExact);
+    sums_ = device.buffer(row * kExact);
     status_ = device.buffer(16);
-    readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * s + 16, vulkan::MemoryUse::readback);
-    inertia_parts_ = device.buffer(std::uint64_t(parts_) * s);
+    readback_ = device.buffer(std::max<std::uint64_t>(row, parts_) * kExact + 16, vulkan::MemoryUse::readback);
+    inertia_parts_ = device.buffer(std::uint64_t(parts_) * kExact);
     auto lloyd_stage = [&](std::uint32_t stage) {
       return device.kernel(shaders::kmeans_lloyd_kernel::spec<T>(plan_.constants(stage), tile_params.subgroup_size));
     };
@@ -177,9 +187,9 @@ class LloydEngine {
     cmds.submit_and_wait();
   }
 
-  /// One E-step with centers C (and, with `update`, the weighted sums and weights per cluster).
+  /// One E-step with centers C (and, with `update`, the exact weighted sums and weights per cluster).
   /// Returns whether any label changed.
-  bool step(const Matrix<T>& C, bool update, Matrix<T>* sums, Vector<T>* weights) {
+  bool step(const Matrix<T>& C, bool update, algorithms::ClusterSums* sums) {
     const std::uint64_t s = sizeof(T), kd = std::uint64_t(k_) * d_;
     T* staged = static_cast<T*>(centers_staging_.mapped());
     std::copy_n(C.data(), kd, staged);
@@ -230,7 +240,9 @@ class LloydEngine {
                                    .x_row0 = std::uint32_t(row0),
                                    .tile_begin = std::uint32_t(tile_begin),
                                    .tile_end = std::uint32_t(tile_end),
-                                   .bounds_mode = bounds_mode};
+                                   .bounds_mode = bounds_mode,
+                                   .value_exponent = frame_.value_exponent(),
+                                   .weight_exponent = frame_.weight_exponent()};
     };
     if (two_queues) {
       run_streamed_on_two_queues(record_start, push_for);
@@ -277,9 +289,9 @@ class LloydEngine {
                     static_cast<std::uint32_t>(ceil_div(elements, reduce_interface::kElementsPerGroup)));
       cmds.barrier();
       cmds.timestamp(2);
-      cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * s);
+      cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * kExact);
     }
-    cmds.copy(status_, 0, readback_, std::uint64_t(elements) * s, 8);
+    cmds.copy(status_, 0, readback_, std::uint64_t(elements) * kExact, 8);
     cmds.submit_and_wait();
     pacer_.step_done(started);
     add_e_step_ms(cmds.elapsed_ms(0, 1));
@@ -299,18 +311,17 @@ class LloydEngine {
       add_device_ms(time.labels_ms, e_step_ms);
       ++time.label_steps;
     }
-    const T* out = static_cast<const T*>(readback_.mapped());
+    const auto* out = static_cast<const std::int64_t*>(readback_.mapped());
     if (update) {
-      sums->resize(k_, d_);
-      weights->resize(k_);
+      sums->reset(k_, d_, frame_);
       for (std::uint32_t j = 0; j < k_; ++j) {
-        std::copy_n(out + std::uint64_t(j) * (d_ + 1), d_, sums->row(j).data());
-        (*weights)[j] = out[std::uint64_t(j) * (d_ + 1) + d_];
+        std::copy_n(out + std::uint64_t(j) * (d_ + 1), d_, sums->values.row(j).data());
+        sums->weights[j] = out[std::uint64_t(j) * (d_ + 1) + d_];
       }
     }
     std::uint32_t status = 0, searched = 0;
-    std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s, 4);
-    std::memcpy(&searched, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * s + 4, 4);
+    std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * kExact, 4);
+    std::memcpy(&searched, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * kExact + 4, 4);
     if (update && plan_.bounds) times_.e_step_searched.push_back(searched);
     if (status & lloyd_interface::kStatusLoopLimit)
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
@@ -332,11 +343,12 @@ class LloydEngine {
   const algorithms::StepTimes& step_times() const { return times_; }
 
   /// lloyd_loop's engine interface.
-  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) { return step(C, true, &sums, &weights); }
-  void assign(const Matrix<T>& C) { step(C, false, nullptr, nullptr); }
+  bool e_step(const Matrix<T>& C, algorithms::ClusterSums& sums) { return step(C, true, &sums); }
+  void assign(const Matrix<T>& C) { step(C, false, nullptr); }
 
-  /// sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences.
-  double inertia(const Matrix<T>& C) {
+  /// sum_i w_i ||x_i - c_{l_i}||^2 with the current labels, from differences, exact (the frame's fixed point).
+  algorithms::ExactSum inertia(const Matrix<T>& C) {
+    const int exponent = frame_.inertia_exponent(C);
     const std::uint64_t s = sizeof(T);
     std::copy_n(C.data(), std::uint64_t(k_) * d_, static_cast<T*>(centers_staging_.mapped()));
     vulkan::Commands cmds(dev_);
@@ -344,21 +356,25 @@ class LloydEngine {
     cmds.barrier();
     std::uint32_t groups_total = 0;
     for (auto& c : chunks_) {
-      const inertia_interface::Push push{
-          .rows = std::uint32_t(c.rows), .groups = c.groups, .partial_base = groups_total, .centers = k_};
+      const inertia_interface::Push push{.rows = std::uint32_t(c.rows),
+                                         .groups = c.groups,
+                                         .partial_base = groups_total,
+                                         .centers = k_,
+                                         .exponent = exponent};
       namespace shader = inertia_interface;
       cmds.dispatch(*inertia_,
                     {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingLabels, c.labels},
-                     {shader::kBindingCenters, centers_}, {shader::kBindingPartials, inertia_parts_}},
+                     {shader::kBindingCenters, centers_}, {shader::kBindingPartials, inertia_parts_},
+                     {shader::kBindingDistances, unbound_}},
                     push, c.groups);
       groups_total += c.groups;
     }
     cmds.barrier();
-    cmds.copy(inertia_parts_, 0, readback_, 0, groups_total * s);
+    cmds.copy(inertia_parts_, 0, readback_, 0, groups_total * kExact);
     cmds.submit_and_wait();
-    const T* parts = static_cast<const T*>(readback_.mapped());
-    double total = 0;
-    for (std::uint32_t g = 0; g < groups_total; ++g) total += parts[g];
+    const auto* parts = static_cast<const std::int64_t*>(readback_.mapped());
+    algorithms::ExactSum total{0, exponent};
+    for (std::uint32_t g = 0; g < groups_total; ++g) total.value += parts[g];
     return total;
   }
 
@@ -376,6 +392,7 @@ class LloydEngine {
 
  private:
   static constexpr std::uint32_t kInertiaThreads = 128, kMaxParts = 64;
+  static constexpr std::uint64_t kExact = sizeof(std::int64_t);  // bytes of an exact sum
   /// Partials the reduction sums at once per element (a fixed choice per engine, so its order is too): more where
   /// there are many, so that the reduction's few workgroups still read them at the memory's pace.
   std::uint32_t reduce_lanes() const {
@@ -536,6 +553,7 @@ class LloydEngine {
   KeepGoingPacer pacer_;
   std::optional<vulkan::Commands> commands_;  // declared after the buffers it records: destroyed (waited) first
   vulkan::KernelRef lloyd_, reduce_, inertia_;
+  algorithms::SumFrame frame_;
   vulkan::KernelRef check_kernel_, search_kernel_, sums_kernel_;  // the bounded step's stages (kmeans_lloyd.comp)
 };
 
@@ -547,9 +565,11 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
                                  int max_iter, double tol_absolute, bool verbose,
                                  const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
                                  KMeansEStep e_step = KMeansEStep::automatic, ResidentSamples<T>* resident = nullptr,
-                                 const std::optional<KMeansTileParams>& tile = {}) {
+                                 const std::optional<KMeansTileParams>& tile = {},
+                                 const std::optional<algorithms::SumFrame>& frame = {}) {
   const auto start = std::chrono::steady_clock::now();
-  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step, resident, tile);
+  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(init_centers.rows()), e_step, resident, tile,
+                        frame);
   engine.reset_labels();
   engine.set_keep_going(keep_going);
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -559,24 +579,28 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
 }
 
 /// lloyd with the rows sharded across several devices: contiguous ranges of about n / devices rows, one
-/// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine). The engines are set up
-/// at once too: each device reads, centres and uploads its own rows on a thread of its own.
+/// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine: exactly, so the result
+/// is one device's, bit for bit). The engines are set up at once too: each device reads, centres and uploads its own
+/// rows on a thread of its own. `frame`: the fit's bounds where the caller knows them (none: a pass over X).
 template <class T>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
                                          const IterationCallback& on_iteration = {},
                                          KMeansEStep e_step = KMeansEStep::automatic,
-                                         const std::optional<KMeansTileParams>& tile = {}) {
+                                         const std::optional<KMeansTileParams>& tile = {},
+                                         std::optional<algorithms::SumFrame> frame = {}) {
   const std::int64_t n = X.rows();
   const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
   if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
   const auto start = std::chrono::steady_clock::now();
+  if (!frame) frame = algorithms::SumFrame::of<T>(X, w);  // over every shard's rows
   std::vector<std::unique_ptr<LloydEngine<T>>> shards(static_cast<std::size_t>(count));
   std::vector<std::int64_t> first(static_cast<std::size_t>(count));
   concurrently(static_cast<std::size_t>(count), [&](std::size_t s) {
     const std::int64_t r0 = n * std::int64_t(s) / count, r1 = n * (std::int64_t(s) + 1) / count;
     shards[s] = std::make_unique<LloydEngine<T>>(*devices[s], X.middleRows(r0, r1 - r0), w.data() + r0,
-                                                 static_cast<std::uint32_t>(init_centers.rows()), e_step, nullptr, tile);
+                                                 static_cast<std::uint32_t>(init_centers.rows()), e_step, nullptr, tile,
+                                                 frame);
     shards[s]->reset_labels();
     first[s] = r0;
   });
@@ -625,18 +649,18 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
                                           {shader::kSpecFeatures, static_cast<std::uint32_t>(d)},
                                           {shader::kSpecMode, shader::kModeDistances}})));
   auto xbuf = device.buffer(block * d * s), cbuf = device.buffer(k * d * s), out = device.buffer(block * k * s);
-  auto unused = device.buffer(16);  // the weights and labels bindings, not read in this mode
+  auto unused = device.buffer(16);  // the weights, labels and partial sums bindings, not read in this mode
   vulkan::upload(device, cbuf, 0, centers.data(), k * d * s);
   Matrix<T> D(X.rows(), centers.rows());
   for (std::uint64_t r0 = 0; r0 < n; r0 += block) {
     const std::uint64_t rows = std::min(block, n - r0);
     vulkan::upload_rows<T>(device, xbuf, 0, X, r0, r0 + rows);
     const auto groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(ceil_div(rows * k, threads), max_groups));
-    const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centers = std::uint32_t(k)};
+    const shader::Push push{.rows = std::uint32_t(rows), .groups = groups, .partial_base = 0, .centers = std::uint32_t(k), .exponent = 0};
     vulkan::Commands cmds(device);
     cmds.dispatch(*kernel,
                   {{shader::kBindingX, xbuf}, {shader::kBindingWeights, unused}, {shader::kBindingLabels, unused},
-                   {shader::kBindingCenters, cbuf}, {shader::kBindingPartials, out}},
+                   {shader::kBindingCenters, cbuf}, {shader::kBindingPartials, unused}, {shader::kBindingDistances, out}},
                   push, groups);
     cmds.submit_and_wait();
     vulkan::download(device, out, 0, D.data() + r0 * k, rows * k * s);
@@ -650,7 +674,7 @@ double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, 
                       const std::optional<KMeansTileParams>& tile = {}) {
   LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr, tile);
   engine.assign(centers);
-  return engine.inertia(centers);
+  return engine.inertia(centers).to_double();
 }
 
 }  // namespace gpuml::kernels

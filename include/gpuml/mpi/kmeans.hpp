@@ -1,7 +1,8 @@
 // Distributed KMeans over MPI: every rank holds its own rows (a shard of one data set, in rank order) and runs the
 // E-step on them with its own backend (a Vulkan device, or the host); per iteration the k x (d + 1) partial sums
-// and weights are added across ranks (MPI_Allreduce in float64), and every rank applies scikit-learn's M-step to
-// the same totals, so all ranks hold the same centers, inertia and n_iter, and each the labels of its own rows.
+// and weights are added across ranks exactly (MPI_Allreduce of their int64 fixed point, algorithms::ClusterSums), and
+// every rank applies scikit-learn's M-step to the same totals, so all ranks hold the same centers, inertia and n_iter,
+// and each the labels of its own rows.
 //
 // The fit is the library's one k-means fit (fit_kmeans_on, estimators/kmeans_fit.hpp) over detail::RankRows: the
 // same checks, centring, numpy-stream k-means++ seeding and best-run rule as one process, with sums and engines that
@@ -137,21 +138,18 @@ class DistributedLloyd {
   DistributedLloyd(const Communicator& comm, Local& local, MatrixView<T> X, VectorView<T> w, std::int64_t first_row)
       : comm_(comm), local_(local), X_(X), w_(w), first_(first_row) {}
 
-  bool e_step(const Matrix<T>& C, Matrix<T>& sums, Vector<T>& weights) {
+  bool e_step(const Matrix<T>& C, algorithms::ClusterSums& sums) {
     const Eigen::Index k = C.rows(), d = C.cols();
     bool changed = false;
-    comm_.guarded([&] { changed = local_.e_step(C, sums, weights); });
-    std::vector<double> buffer(static_cast<std::size_t>(k * (d + 1) + 1));
-    for (Eigen::Index j = 0; j < k; ++j) {
-      for (Eigen::Index f = 0; f < d; ++f) buffer[static_cast<std::size_t>(j * (d + 1) + f)] = double(sums(j, f));
-      buffer[static_cast<std::size_t>(j * (d + 1) + d)] = double(weights[j]);
-    }
-    buffer.back() = changed ? 1.0 : 0.0;
-    comm_.sum(buffer);
-    for (Eigen::Index j = 0; j < k; ++j) {
-      for (Eigen::Index f = 0; f < d; ++f) sums(j, f) = static_cast<T>(buffer[static_cast<std::size_t>(j * (d + 1) + f)]);
-      weights[j] = static_cast<T>(buffer[static_cast<std::size_t>(j * (d + 1) + d)]);
-    }
+    comm_.guarded([&] { changed = local_.e_step(C, sums); });
+    // The exact sums added as integers (the same on any number of ranks), with the changed flag.
+    std::vector<std::int64_t> buffer(static_cast<std::size_t>(k * (d + 1) + 1));
+    std::copy_n(sums.values.data(), k * d, buffer.begin());
+    std::copy_n(sums.weights.data(), k, buffer.begin() + k * d);
+    buffer.back() = changed ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_INT64_T, MPI_SUM, comm_.get());
+    std::copy_n(buffer.begin(), k * d, sums.values.data());
+    std::copy_n(buffer.begin() + k * d, k, sums.weights.data());
     return buffer.back() > 0;
   }
 
@@ -161,11 +159,11 @@ class DistributedLloyd {
     comm_.guarded([&] { local_.assign(C); });
   }
 
-  double inertia(const Matrix<T>& C) {
-    std::vector<double> total(1, 0.0);
-    comm_.guarded([&] { total[0] = local_.inertia(C); });
-    comm_.sum(total);
-    return total[0];
+  algorithms::ExactSum inertia(const Matrix<T>& C) {
+    algorithms::ExactSum total;
+    comm_.guarded([&] { total = local_.inertia(C); });
+    total.value = comm_.sum(total.value);
+    return total;
   }
 
   /// scikit-learn's relocation across ranks: the n_empty samples farthest from their old centers, over all ranks
@@ -422,11 +420,27 @@ class RankRows {
   void guarded(Work&& work) const {
     comm_.guarded(std::forward<Work>(work));
   }
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center) const {
-    const Eigen::RowVectorXd local = algorithms::column_sums(X, center);
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
+                                 algorithms::ColumnRange* range = nullptr) const {
+    const Eigen::RowVectorXd local = algorithms::column_sums(X, center, range);
     std::vector<double> v(local.data(), local.data() + local.size());
     comm_.sum(v);
+    if (range) {  // extremes over every rank (a rank without rows offers +inf and -inf)
+      MPI_Allreduce(MPI_IN_PLACE, range->lowest.data(), static_cast<int>(range->lowest.size()), MPI_DOUBLE, MPI_MIN,
+                    comm_.get());
+      MPI_Allreduce(MPI_IN_PLACE, range->highest.data(), static_cast<int>(range->highest.size()), MPI_DOUBLE, MPI_MAX,
+                    comm_.get());
+    }
     return Eigen::Map<const Eigen::RowVectorXd>(v.data(), local.size());
+  }
+  /// Exact: every rank's integers added, so the sums are one process's on any number of ranks.
+  Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
+                                       const Eigen::RowVectorXi& exponents) const {
+    algorithms::ExactColumnSums sums = algorithms::exact_column_sums(X, center, exponents);
+    MPI_Allreduce(MPI_IN_PLACE, sums.whole.data(), static_cast<int>(sums.whole.size()), MPI_INT64_T, MPI_SUM, comm_.get());
+    MPI_Allreduce(MPI_IN_PLACE, sums.fraction.data(), static_cast<int>(sums.fraction.size()), MPI_INT64_T, MPI_SUM,
+                  comm_.get());
+    return sums.to_double();
   }
   /// Also keeps the weights' sum over all ranks: k-means++'s first draw normalises by it (WeightMasses).
   algorithms::WeightSummary weight_summary(VectorView<T> w) {
@@ -435,7 +449,9 @@ class RankRows {
     std::vector<double> v{local.sum, static_cast<double>(local.positive)};
     comm_.sum(v);
     weight_sum_ = v[0];
-    return {v[0], static_cast<Eigen::Index>(v[1])};
+    double largest = local.largest;
+    MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_DOUBLE, MPI_MAX, comm_.get());
+    return {v[0], static_cast<Eigen::Index>(v[1]), largest};
   }
 
   /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
@@ -463,7 +479,7 @@ class RankRows {
 
   /// One Lloyd run across ranks from `start`: each rank's engine on its rows (DistributedLloyd).
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
-                                   const KMeansParams& p, double tol_absolute) {
+                                   const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
     const MatrixView<T> X = centred(Xc);
     const auto k = static_cast<std::uint32_t>(start.rows());
     std::optional<kernels::LloydEngine<T>> on_device;
@@ -472,10 +488,11 @@ class RankRows {
       run_on<T>(
           backend_, "distributed KMeans",
           [&] {
-            on_device.emplace(*backend_.device(), X, w.data(), k);
+            on_device.emplace(*backend_.device(), X, w.data(), k, KMeansEStep::plain, nullptr,
+                              std::optional<KMeansTileParams>{}, frame);
             on_device->reset_labels();
           },
-          [&] { on_host.emplace(X, w); });
+          [&] { on_host.emplace(X, w, frame); });
     });
     auto run = [&](auto& engine) {
       DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, X, w, first_);

@@ -14,6 +14,7 @@
 #include <gpuml/shaders/kmeans_lloyd.h>
 #include <gpuml/vulkan/instance.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <cstdlib>
@@ -154,16 +155,20 @@ std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& t
       pl.sum_rounds = r;
       break;
     }
-  // Beside the arrays counted below, the shader declares one spare element per array (six of T, six of uint),
-  // seven uint counters and flags, and the compiler may pad each array to its type's alignment: counted in full, so
-  // that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
-  auto shared_extra_bytes = [](std::uint64_t scalar) { return 6 * scalar + 52 + 12 * 4 * scalar; };
+  // Beside the arrays counted below, the shader declares one spare element per array (six of T or int64, six of
+  // uint), seven uint counters and flags, and the compiler may pad each array to its type's alignment: counted in
+  // full, so that a plan within a few bytes of the limit still fits it (the validation layer counts the padding too).
+  constexpr std::uint64_t exact = sizeof(std::int64_t);  // the partial sums' type (exact, algorithms::ClusterSums)
+  auto shared_extra_bytes = [&](std::uint64_t scalar) {
+    const std::uint64_t widest = std::max(scalar, exact);
+    return 6 * widest + 52 + 12 * 4 * widest;
+  };
   auto bytes = [&](std::uint32_t ks, bool acc) {
     // center tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
     // clusters with members; the sums; flags and counters
     const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
     return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
-           4 * (batch + std::min<std::uint64_t>(k, batch)) + s * (acc ? std::uint64_t(k) * (d + 1) : 0) +
+           4 * (batch + std::min<std::uint64_t>(k, batch)) + exact * (acc ? std::uint64_t(k) * (d + 1) : 0) +
            shared_extra_bytes(s);
   };
   // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global

@@ -8,8 +8,9 @@ GPUML_CONSTANT(kBindingX, 0)
 GPUML_CONSTANT(kBindingWeights, 1)
 GPUML_CONSTANT(kBindingLabels, 2)
 GPUML_CONSTANT(kBindingCenters, 3)
-GPUML_CONSTANT(kBindingPartials, 4)  // one partial sum per workgroup; the distances in kModeDistances
-GPUML_CONSTANT(kBindingCount, 5)
+GPUML_CONSTANT(kBindingPartials, 4)   // kModeInertia: one exact partial sum (int64) per workgroup
+GPUML_CONSTANT(kBindingDistances, 5)  // kModeDistances: the distances
+GPUML_CONSTANT(kBindingCount, 6)
 
 GPUML_CONSTANT(kSpecThreads, 0)  // a power of two
 GPUML_CONSTANT(kSpecFeatures, 1)
@@ -26,8 +27,9 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint groups;        // workgroups in this dispatch
   uint partial_base;  // partial of this dispatch's first workgroup
   uint centers;       // kModeDistances: centers per row
+  int exponent;       // kModeInertia: the exact sum's exponent (algorithms::SumFrame::inertia_exponent)
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 4)
+GPUML_CHECK_PUSH(Push, 5)
 GPUML_SHADER_INTERFACE_END
 
 #endif

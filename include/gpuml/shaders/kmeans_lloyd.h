@@ -9,7 +9,7 @@ GPUML_CONSTANT(kBindingWeights, 1)
 GPUML_CONSTANT(kBindingLabels, 2)
 GPUML_CONSTANT(kBindingCenters, 3)
 GPUML_CONSTANT(kBindingCenterNorms, 4)
-GPUML_CONSTANT(kBindingPartials, 5)  // k x (d + 1) partial sums per workgroup
+GPUML_CONSTANT(kBindingPartials, 5)  // k x (d + 1) exact partial sums (int64) per workgroup
 GPUML_CONSTANT(kBindingStatus, 6)
 GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample (upper bound, lower bound, ||x||^2, unused)
 GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centers transposed
@@ -60,8 +60,10 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint tile_begin;    // the chunk's sample tiles this dispatch covers: [tile_begin, tile_end); a slice with
   uint tile_end;      // tile_begin > 0 adds to the partial sums the earlier slices wrote
   uint bounds_mode;   // bounded E-step: kBoundsSet or kBoundsUse (ignored by the plain one)
+  int value_exponent;   // the exact sums' exponents (algorithms::SumFrame): of sum_i w_i x_if,
+  int weight_exponent;  // and of sum_i w_i
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 9)
+GPUML_CHECK_PUSH(Push, 11)
 GPUML_SHADER_INTERFACE_END
 
 #endif

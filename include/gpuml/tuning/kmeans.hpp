@@ -118,13 +118,12 @@ class KMeansBench final : public ShapeBench {
     if (!tile) throw invalid_input("not a k-means tile");
     kernels::LloydEngine<T> engine(device_, X_, w_.data(), shape_.k, KMeansEStep::plain, nullptr, *tile);
     engine.reset_labels();
-    Matrix<T> sums;
-    Vector<T> weights;
-    for (int i = 0; i < warmups; ++i) engine.e_step(C_, sums, weights);
+    algorithms::ClusterSums sums;
+    for (int i = 0; i < warmups; ++i) engine.e_step(C_, sums);
     std::vector<double> ms;
     for (int i = 0; i < std::max(reps, 1); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      engine.e_step(C_, sums, weights);
+      engine.e_step(C_, sums);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
