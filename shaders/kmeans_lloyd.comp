@@ -84,6 +84,11 @@ layout(std430, binding = kBindingList) buffer ListBuf { uint listed[]; };
 // by the sums). The partial sums are a function of the labels alone, so a clean workgroup's are still the sums of
 // its samples, bit for bit, and the bounded step does not add them again.
 layout(std430, binding = kBindingDirty) buffer DirtyBuf { uint dirty[]; };
+// The exact sums of the current labels (the reduction's output, int64 in two words, the low one first). With
+// p.move_totals the search moves each sample whose label changes: its terms leave the old cluster's sums and join
+// the new one's. The sums are integers, so moving terms gives exactly the sums of the new labels, and a step where
+// few labels change needs no sums stage at all.
+layout(std430, binding = kBindingTotals) buffer TotalsBuf { uint totals[]; };
 // The rows one workgroup checks: a chunk row of every THREADS * groups, THREADS at a time.
 const uint APPEND_EVERY = kCheckAppendRounds;  // rounds of the check between looks at the gathered rows
 const uint GATHERED = STAGE == kStageCheck ? 2u * APPEND_EVERY * THREADS : 1u;
@@ -157,6 +162,30 @@ bool label_certain(scalar u, scalar l, scalar slack) { return round_up(u * u + s
 scalar upper_from(scalar v, scalar xx, scalar slack) { return round_up(sqrt(max(v + xx + scalar(2) * slack, scalar(0)))); }
 scalar lower_from(scalar v, scalar xx, scalar slack) { return round_down(sqrt(max(v + xx - scalar(2) * slack, scalar(0)))); }
 
+
+// totals[e] += v as two 32-bit atomics: the low word's carry, read from its old value, goes to the high word, so
+// every total is exact once all adds are done (only the host reads them, after the step).
+void total_add(uint e, int64_t v) {
+  const uint64_t bits = uint64_t(v);
+  const uint low = uint(bits & 0xFFFFFFFFul), high = uint(bits >> 32);
+  const uint old = atomicAdd(totals[2u * e], low);
+  atomicAdd(totals[2u * e + 1u], high + (old + low < old ? 1u : 0u));
+}
+
+// Chunk row i's terms leave cluster a's sums and join cluster b's.
+void move_terms(uint i, uint a, uint b) {
+  const scalar value_scale = exact_scale(p.value_exponent), weight_scale = exact_scale(p.weight_exponent);
+  const scalar wi = W[i - p.x_row0];
+  for (uint f = 0; f < D; ++f) {
+    precise scalar term = X[(i - p.x_row0) * D + f] * wi;
+    const int64_t v = fixed_point(term, value_scale);
+    total_add(a * DW + f, -v);
+    total_add(b * DW + f, v);
+  }
+  const int64_t v = fixed_point(wi, weight_scale);
+  total_add(a * DW + D, -v);
+  total_add(b * DW + D, v);
+}
 
 void load_centers(uint cs, uint fs) {
   barrier();
@@ -353,6 +382,7 @@ void main() {
         if (i >= p.rows) continue;
         if (labels[i] != best_c[s]) {
           any_changed = true;
+          if (STAGE == kStageSearch && p.move_totals != 0u && labels[i] < K) move_terms(i, labels[i], best_c[s]);
           labels[i] = best_c[s];
           if (STAGE == kStageSearch) dirty[(i / TILE) % p.groups] = 1u;
         }

@@ -317,6 +317,57 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
   }
 }
 
+// The exact sums on real-valued data: the device's integer sums per cluster, weight sums and inertia equal the
+// host's fixed point of every term (algorithms::fixed_point of w_i x_if, w_i and w_i ||x_i - c||^2 as T forms them),
+// from the device's own labels, for every walk of a batch (one owner per cluster; (cluster, feature) pairs for a
+// crowded batch, many clusters or wide rows), plain and bounded. The float32 kernels round a term in two float
+// additions (exact_sum.glsl): any difference from round-to-nearest-even shows here.
+TYPED_TEST(KMeansDeviceTest, ExactSumsAreTheHostsFixedPointOfEveryTerm) {
+  using T = TypeParam;
+  struct Shape {
+    Eigen::Index n, d;
+    std::uint32_t k;
+  };
+  for (const auto& dev : devices()) {
+    for (const Shape& shape : {Shape{12011, 14, 97}, Shape{9001, 5, 3}, Shape{7001, 6, 300}, Shape{3001, 40, 20}}) {
+      const Matrix<T> X = random_matrix<T>(shape.n, shape.d, 960 + shape.k, -4.0, 9.0);
+      const Eigen::VectorX<T> w = random_matrix<T>(shape.n, 1, 961 + shape.k, 0.1, 3.0).col(0);
+      const auto frame = gpuml::algorithms::SumFrame::of<T>(X, w);
+      for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
+        gpuml::kernels::LloydEngine<T> engine(*dev.backend.device(), X, w.data(), shape.k, e_step, nullptr, {}, frame);
+        engine.reset_labels();
+        Matrix<T> C = X.topRows(shape.k);
+        for (int step = 0; step < 2; ++step) {
+          gpuml::algorithms::ClusterSums sums;
+          engine.e_step(C, sums);
+          const Labels& labels = engine.labels();
+          const double value_scale = std::ldexp(1.0, sums.value_exponent), weight_scale = std::ldexp(1.0, sums.weight_exponent);
+          gpuml::algorithms::ClusterSums expected;
+          expected.reset<T>(shape.k, shape.d, frame);
+          for (Eigen::Index i = 0; i < shape.n; ++i) {
+            for (Eigen::Index f = 0; f < shape.d; ++f)
+              expected.values(labels[i], f) += gpuml::algorithms::fixed_point<T>(static_cast<T>(X(i, f) * w[i]), value_scale);
+            expected.weights[labels[i]] += gpuml::algorithms::fixed_point<T>(w[i], weight_scale);
+          }
+          const std::string where = "n=" + std::to_string(shape.n) + " d=" + std::to_string(shape.d) +
+                                    " k=" + std::to_string(shape.k) + " step " + std::to_string(step);
+          ASSERT_EQ(sums.value_exponent, expected.value_exponent) << where;
+          ASSERT_TRUE(sums.values == expected.values) << where;
+          ASSERT_TRUE(sums.weights == expected.weights) << where;
+          const auto inertia = engine.inertia(C);
+          const auto host_inertia = gpuml::host::exact_inertia<T>(X, w, C, labels, frame);
+          ASSERT_EQ(inertia.exponent, host_inertia.exponent) << where;
+          ASSERT_EQ(inertia.value, host_inertia.value) << where;
+          gpuml::Vector<T> weights;
+          sums.round_to(C, weights);
+          for (std::uint32_t j = 0; j < shape.k; ++j)
+            if (weights[j] > 0) C.row(j) /= weights[j];
+        }
+      }
+    }
+  }
+}
+
 // With a device-memory limit below the data (Config::device_memory_limit), the samples stay in pinned host memory
 // and the kernels read them there: Lloyd, k-means++ and predict give what the resident fit gives, bit for bit.
 TYPED_TEST(KMeansDeviceTest, DataBeyondTheDeviceMemoryLimitIsStreamedWithTheSameResult) {

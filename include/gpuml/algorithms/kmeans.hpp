@@ -115,31 +115,52 @@ template <class M>
 Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr) {
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
   constexpr double inf = std::numeric_limits<double>::infinity();
-  std::vector<Eigen::RowVectorXd> part(static_cast<std::size_t>(chunks), Eigen::RowVectorXd::Zero(d));
-  std::vector<ColumnRange> ranges(range ? static_cast<std::size_t>(chunks) : 0,
-                                  ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)});
+  // Per chunk: d sums, then (with a range) d lowest and d highest values.
+  const std::int64_t width = range ? 3 * d : d;
+  std::vector<double> part(static_cast<std::size_t>(chunks * width));
   parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-    Eigen::RowVectorXd& s = part[static_cast<std::size_t>(c)];
-    for (std::int64_t i = begin; i < end; ++i) {  // expressions, no temporary row per sample
-      if (center) s.array() += (X.row(i).template cast<double>() - *center).array().square();
-      else s += X.row(i).template cast<double>();
-      if (range) {
-        ColumnRange& r = ranges[static_cast<std::size_t>(c)];
-        r.lowest = r.lowest.cwiseMin(X.row(i).template cast<double>());
-        r.highest = r.highest.cwiseMax(X.row(i).template cast<double>());
-      }
+    double* s = part.data() + c * width;
+    double *lo = s + d, *hi = s + 2 * d;
+    std::fill(s, s + d, 0.0);
+    if (range) {
+      std::fill(lo, lo + d, inf);
+      std::fill(hi, hi + d, -inf);
     }
+    for (std::int64_t i = begin; i < end; ++i)
+      for (std::int64_t f = 0; f < d; ++f) {
+        const double v = static_cast<double>(X(i, f));
+        if (center) {
+          const double dv = v - (*center)[f];
+          s[f] += dv * dv;
+        } else {
+          s[f] += v;
+        }
+        if (range) {
+          lo[f] = std::min(lo[f], v);
+          hi[f] = std::max(hi[f], v);
+        }
+      }
   });
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
-  for (const auto& s : part) total += s;
-  if (range) {
-    *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)};
-    for (const auto& r : ranges) {
-      range->lowest = range->lowest.cwiseMin(r.lowest);
-      range->highest = range->highest.cwiseMax(r.highest);
+  if (range) *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)};
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const double* s = part.data() + c * width;
+    for (std::int64_t f = 0; f < d; ++f) {
+      total[f] += s[f];
+      if (range) {
+        range->lowest[f] = std::min(range->lowest[f], s[d + f]);
+        range->highest[f] = std::max(range->highest[f], s[2 * d + f]);
+      }
     }
   }
   return total;
+}
+
+/// y rounded to an integer, ties to even (as std::nearbyint in the default rounding mode), in plain double arithmetic
+/// the compiler can vectorise: below 2^51 adding and removing 1.5 * 2^52 rounds y; from 2^52 on y is an integer.
+inline double round_to_even(double y) {
+  constexpr double kShift = 6755399441055744.0;  // 1.5 * 2^52
+  return std::abs(y) < 2251799813685248.0 ? (y + kShift) - kShift : y;  // 2^51
 }
 
 /// Per-column sums of X, or of (X - center)^2, that do not depend on how the rows are cut (threads, devices, ranks):
@@ -194,7 +215,7 @@ ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, 
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
   Eigen::RowVectorXd scale(d);
   for (Eigen::Index f = 0; f < d; ++f) scale[f] = std::ldexp(1.0, exponents[f]);
-  constexpr double kFraction = 4294967296.0;  // 2^32
+  constexpr double kFraction = 4294967296.0, kShift = 6755399441055744.0;  // 2^32, 1.5 * 2^52
   std::vector<Eigen::Matrix<std::int64_t, 2, Eigen::Dynamic>> part(static_cast<std::size_t>(chunks));
   parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
     // Integers below 2^52 in double: this chunk's sums are exact.
@@ -206,9 +227,10 @@ ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, 
           v -= (*center)[f];
           v *= v;
         }
-        const double y = v * scale[f], r = std::nearbyint(y);
+        // |y| <= 2^37 and its fraction times 2^32 below 2^31: both round by the shift of round_to_even.
+        const double y = v * scale[f], r = (y + kShift) - kShift;
         whole[f] += r;
-        fraction[f] += std::nearbyint((y - r) * kFraction);
+        fraction[f] += ((y - r) * kFraction + kShift) - kShift;
       }
     auto& out = part[static_cast<std::size_t>(c)];
     out.resize(2, d);
@@ -243,19 +265,32 @@ struct SumFrame {
   double max_row_norm = 0;    ///< bound on ||x_i||
   double max_weight = 0;      ///< bound on w_i
 
-  /// The exponent of sums of `rows` terms of magnitude at most `bound` (0 for an empty or zero bound).
+  /// Scaled terms of T stay below 2^term_bits<T>: the device rounds a scaled float32 term in float arithmetic
+  /// (shaders/exact_sum.glsl), which needs it below 2^44; 44 bits still hold a float32 term 20 bits finer than its own.
+  template <class T>
+  static constexpr int term_bits = std::is_same_v<T, float> ? 44 : 62;
+
+  /// The exponent of sums of `rows` terms of T of magnitude at most `bound` (0 for an empty or zero bound).
+  template <class T>
   static int exponent(double bound, std::int64_t rows) {
     const double total = bound * static_cast<double>(std::max<std::int64_t>(rows, 1));
-    if (!(total > 0) || !std::isfinite(total)) return 0;
-    int e = 0;
-    std::frexp(total, &e);  // total < 2^e
+    if (!(bound > 0) || !std::isfinite(total)) return 0;
+    int e_total = 0, e_term = 0;
+    std::frexp(total, &e_total);  // total < 2^e_total
+    std::frexp(bound, &e_term);
     // At most 100: tiny data keeps 100 fractional bits (every float32 scale factor stays finite on the device).
-    return std::min(62 - e, 100);
+    return std::min({62 - e_total, term_bits<T> - e_term, 100});
   }
   /// Of the weighted values' sums, sum_i w_i x_if.
-  int value_exponent() const { return exponent(max_value * max_weight * kTermSlack, rows); }
+  template <class T>
+  int value_exponent() const {
+    return exponent<T>(max_value * max_weight * kTermSlack, rows);
+  }
   /// Of the weights' sums, sum_i w_i.
-  int weight_exponent() const { return exponent(max_weight * kTermSlack, rows); }
+  template <class T>
+  int weight_exponent() const {
+    return exponent<T>(max_weight * kTermSlack, rows);
+  }
   /// Of the inertia with centers C, sum_i w_i ||x_i - c_{l_i}||^2.
   template <class T>
   int inertia_exponent(const Matrix<T>& C) const {
@@ -264,7 +299,7 @@ struct SumFrame {
     const double reach = max_row_norm + max_center;
     // A distance summed in T over d features rounds up by at most about d units of T's roundoff.
     const double rounding = 1 + 4.0 * static_cast<double>(C.cols() + 2) * std::numeric_limits<T>::epsilon();
-    return exponent(max_weight * reach * reach * rounding * kTermSlack, rows);
+    return exponent<T>(max_weight * reach * reach * rounding * kTermSlack, rows);
   }
 
   /// The frame of a fit over exactly these rows (one pass over them on the host threads).
@@ -317,10 +352,11 @@ struct SumFrame {
   static constexpr double kTermSlack = 1 + 1e-6;
 };
 
-/// A term of an exact sum: round(v * 2^e), ties to even (the device kernels' roundEven).
+/// A term of an exact sum: round(v * 2^e), ties to even (the device kernels' roundEven); `scale` is 2^e (the product
+/// is exact in double).
 template <class T>
-inline std::int64_t fixed_point(T v, int e) {
-  return static_cast<std::int64_t>(std::nearbyint(std::ldexp(v, e)));
+inline std::int64_t fixed_point(T v, double scale) {
+  return static_cast<std::int64_t>(round_to_even(static_cast<double>(v) * scale));
 }
 
 /// An exact sum and its exponent.
@@ -340,11 +376,12 @@ struct ClusterSums {
   Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> weights;
   int value_exponent = 0, weight_exponent = 0;
 
+  template <class T>
   void reset(Eigen::Index k, Eigen::Index d, const SumFrame& frame) {
     values.setZero(k, d);
     weights.setZero(k);
-    value_exponent = frame.value_exponent();
-    weight_exponent = frame.weight_exponent();
+    value_exponent = frame.value_exponent<T>();
+    weight_exponent = frame.weight_exponent<T>();
   }
   /// Adds another part's sums (the same frame): exact, in any order.
   ClusterSums& operator+=(const ClusterSums& o) {

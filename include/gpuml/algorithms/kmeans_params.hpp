@@ -58,6 +58,8 @@ struct StepTimes {
   /// steps were timed): checking the bounds (with the centers' upload), searching, adding the partial sums.
   double check_ms = 0, search_ms = 0, sums_ms = 0;
   int stage_timed_steps = 0;
+  /// Bounded E-steps whose search moved the changed samples' terms between the exact sums (no sums stage).
+  int moved_steps = 0;
 };
 
 }  // namespace gpuml::algorithms

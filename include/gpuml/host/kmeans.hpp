@@ -325,8 +325,9 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
   const std::int64_t n = X.rows(), d = X.cols(), k = C.rows();
   const CenterTerms<T> terms(C);
   const bool update = sums != nullptr;
-  if (update) sums->reset(k, d, *frame);
-  const int value_exponent = update ? sums->value_exponent : 0, weight_exponent = update ? sums->weight_exponent : 0;
+  if (update) sums->template reset<T>(k, d, *frame);
+  const double value_scale = std::ldexp(1.0, update ? sums->value_exponent : 0),
+               weight_scale = std::ldexp(1.0, update ? sums->weight_exponent : 0);
   const Blocking bl = blocking<T>(n, k, d);
   const std::int64_t acc_size = k * (d + 1);
   std::vector<std::int64_t> acc(update ? static_cast<std::size_t>(bl.n_blocks * acc_size) : 0, 0);
@@ -347,8 +348,8 @@ void assign_pass(const MatrixView<T>& X, const VectorView<T>* w, const Matrix<T>
           const T wi = (*w)[cb + i];
           const T* x = X.data() + (cb + i) * X.outerStride();
           std::int64_t* dst = a_sum + static_cast<std::int64_t>(l) * d;
-          for (std::int64_t f = 0; f < d; ++f) dst[f] += algorithms::fixed_point<T>(x[f] * wi, value_exponent);
-          a_w[l] += algorithms::fixed_point<T>(wi, weight_exponent);
+          for (std::int64_t f = 0; f < d; ++f) dst[f] += algorithms::fixed_point<T>(x[f] * wi, value_scale);
+          a_w[l] += algorithms::fixed_point<T>(wi, weight_scale);
         }
       }
     }
@@ -385,13 +386,14 @@ algorithms::ExactSum exact_inertia(MatrixView<T> X, VectorView<T> w, const Matri
                                    const algorithms::SumFrame& frame) {
   const std::int64_t n = X.rows(), d = X.cols();
   const int exponent = frame.inertia_exponent(centers);
+  const double scale = std::ldexp(1.0, exponent);
   const auto bl = kmeans_detail::blocking<T>(n, centers.rows(), d);
   std::vector<std::int64_t> part(static_cast<std::size_t>(bl.n_blocks), 0);
   parallel_chunks(n, bl.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
     std::int64_t s = 0;
     for (std::int64_t i = b; i < e; ++i) {
       const T d2 = kmeans_detail::sq_dist(X.data() + i * X.outerStride(), centers.data() + std::int64_t{labels[i]} * d, d);
-      s += algorithms::fixed_point<T>(d2 * w[i], exponent);
+      s += algorithms::fixed_point<T>(d2 * w[i], scale);
     }
     part[blk] = s;
   });

@@ -182,6 +182,7 @@ class LloydEngine {
   /// Marks every label as unknown, so the first E-step counts as a change (scikit-learn's labels_old = -1).
   void reset_labels() {
     bounds_valid_ = false;
+    totals_valid_ = false;
     vulkan::Commands cmds(dev_);
     for (auto& c : chunks_) cmds.fill(c.labels, 0, c.rows * 4, 0xFFFFFFFFu);
     cmds.submit_and_wait();
@@ -200,6 +201,12 @@ class LloydEngine {
                                                        : lloyd_interface::kBoundsUse;
     if (plan_.bounds) stage_drift(C, staged + kd + k_);
     bounds_valid_ = false;  // until this step has set them all
+    // Where the last step searched few samples, this one's search moves the terms of each sample whose label
+    // changes between the running totals (exact integers: the same sums as adding them all again) instead of a
+    // sums stage and a reduction. Either way gives the same sums, bit for bit; only the time differs.
+    const bool move_totals = plan_.bounds && update && totals_valid_ && bounds_mode == lloyd_interface::kBoundsUse &&
+                             last_searched_ * kMoveTotalsShare <= n_;
+    totals_valid_ = false;  // until this step has left them right
     // One command buffer (and its descriptor pool, fence, queries) for every step of the fit: creating them per
     // iteration costs the driver more than the small steps of a short fit take.
     if (!commands_) commands_.emplace(dev_, 8);
@@ -241,8 +248,9 @@ class LloydEngine {
                                    .tile_begin = std::uint32_t(tile_begin),
                                    .tile_end = std::uint32_t(tile_end),
                                    .bounds_mode = bounds_mode,
-                                   .value_exponent = frame_.value_exponent(),
-                                   .weight_exponent = frame_.weight_exponent()};
+                                   .value_exponent = frame_.value_exponent<T>(),
+                                   .weight_exponent = frame_.weight_exponent<T>(),
+                                   .move_totals = move_totals ? 1u : 0u};
     };
     if (two_queues) {
       run_streamed_on_two_queues(record_start, push_for);
@@ -258,7 +266,7 @@ class LloydEngine {
       std::vector<const vulkan::Kernel*> stages{lloyd_.get()};
       if (plan_.bounds) {
         stages = {check_kernel_.get(), search_kernel_.get()};
-        if (update) stages.push_back(sums_kernel_.get());
+        if (update && !move_totals) stages.push_back(sums_kernel_.get());
       }
       for (std::uint32_t stage = 0, steps = static_cast<std::uint32_t>(stages.size()) * parts, done = 0;
            stage < stages.size(); ++stage)
@@ -283,19 +291,19 @@ class LloydEngine {
     cmds.barrier();
     cmds.timestamp(1);
     const std::uint32_t elements = static_cast<std::uint32_t>(std::uint64_t(k_) * (d_ + 1));
-    if (update) {
+    if (update && !move_totals) {
       const reduce_interface::Push push{.elements = elements, .parts = parts_};
       cmds.dispatch(*reduce_, {{reduce_interface::kBindingPartials, partials_}, {reduce_interface::kBindingSums, sums_}}, push,
                     static_cast<std::uint32_t>(ceil_div(elements, reduce_interface::kElementsPerGroup)));
       cmds.barrier();
       cmds.timestamp(2);
-      cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * kExact);
     }
+    if (update) cmds.copy(sums_, 0, readback_, 0, std::uint64_t(elements) * kExact);
     cmds.copy(status_, 0, readback_, std::uint64_t(elements) * kExact, 8);
     cmds.submit_and_wait();
     pacer_.step_done(started);
     add_e_step_ms(cmds.elapsed_ms(0, 1));
-    if (parts == 1 && plan_.bounds && update && !two_queues && !streamed_) {
+    if (parts == 1 && plan_.bounds && update && !move_totals && !two_queues && !streamed_) {
       add_device_ms(times_.check_ms, cmds.elapsed_ms(0, 3));
       add_device_ms(times_.search_ms, cmds.elapsed_ms(3, 4));
       add_device_ms(times_.sums_ms, cmds.elapsed_ms(4, 5));
@@ -305,7 +313,7 @@ class LloydEngine {
     if (update) {
       time.e_step_each_ms.push_back(e_step_ms);
       add_device_ms(time.e_step_ms, e_step_ms);
-      add_device_ms(time.reduce_ms, cmds.elapsed_ms(1, 2));
+      if (!move_totals) add_device_ms(time.reduce_ms, cmds.elapsed_ms(1, 2));
       ++time.e_steps;
     } else {
       add_device_ms(time.labels_ms, e_step_ms);
@@ -313,7 +321,7 @@ class LloydEngine {
     }
     const auto* out = static_cast<const std::int64_t*>(readback_.mapped());
     if (update) {
-      sums->reset(k_, d_, frame_);
+      sums->template reset<T>(k_, d_, frame_);
       for (std::uint32_t j = 0; j < k_; ++j) {
         std::copy_n(out + std::uint64_t(j) * (d_ + 1), d_, sums->values.row(j).data());
         sums->weights[j] = out[std::uint64_t(j) * (d_ + 1) + d_];
@@ -323,6 +331,9 @@ class LloydEngine {
     std::memcpy(&status, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * kExact, 4);
     std::memcpy(&searched, reinterpret_cast<const char*>(readback_.mapped()) + std::uint64_t(elements) * kExact + 4, 4);
     if (update && plan_.bounds) times_.e_step_searched.push_back(searched);
+    last_searched_ = searched;
+    totals_valid_ = update;
+    if (move_totals) ++times_.moved_steps;
     if (status & lloyd_interface::kStatusLoopLimit)
       throw unsupported(dev_.info().name + " cut the k-means kernel short (llvmpipe's limit of 65535 loop iterations per "
                         "invocation) for k=" + std::to_string(k_) + ", d=" + std::to_string(d_));
@@ -447,7 +458,7 @@ class LloydEngine {
                    {shader::kBindingPartials, partials_}, {shader::kBindingStatus, status_},
                    {shader::kBindingBounds, plan_.bounds ? c.bounds : unbound}, {shader::kBindingDrift, drift_},
                    {shader::kBindingList, plan_.bounds ? c.list : unbound},
-                   {shader::kBindingDirty, plan_.bounds ? c.dirty : unbound}},
+                   {shader::kBindingDirty, plan_.bounds ? c.dirty : unbound}, {shader::kBindingTotals, sums_}},
                   push, groups);
   }
 
@@ -542,6 +553,11 @@ class LloydEngine {
   vulkan::Buffer drift_, unbound_;  // the bounded E-step's drifts; a stand-in for the plain one's bounds binding
   Matrix<T> bound_centers_;         // the centers the bounds hold for, when bounds_valid_
   bool bounds_valid_ = false;
+  bool totals_valid_ = false;        // sums_ holds the exact sums of the current labels
+  std::uint64_t last_searched_ = 0;  // samples the last step searched
+  /// Moving the terms of changed labels replaces the sums stage where the last step searched at most 1/this of the
+  /// samples (the moves are two atomics per term; the sums stage reads every sample of a changed workgroup).
+  static constexpr std::uint64_t kMoveTotalsShare = 32;
   algorithms::StepTimes times_;
   bool streamed_ = false;
   std::uint64_t slice_rows_ = 0;                   // streamed: sample rows per slice (whole tiles)

@@ -15,7 +15,8 @@ GPUML_CONSTANT(kBindingBounds, 7)  // bounded E-step: per sample (upper bound, l
 GPUML_CONSTANT(kBindingDrift, 8)   // bounded E-step: k moves, k largest moves of the others, radius, centers transposed
 GPUML_CONSTANT(kBindingList, 9)    // bounded E-step: per workgroup a count of uncertain samples, then their rows
 GPUML_CONSTANT(kBindingDirty, 10)   // bounded E-step: per workgroup, whether a label changed since its partial sums
-GPUML_CONSTANT(kBindingCount, 11)
+GPUML_CONSTANT(kBindingTotals, 11)  // bounded E-step: the running exact sums (k x (d + 1) int64), moved per change
+GPUML_CONSTANT(kBindingCount, 12)
 
 GPUML_CONSTANT(kSpecThreads, 0)           // a multiple of 32
 GPUML_CONSTANT(kSpecSamplesPerThread, 1)  // per tile
@@ -62,8 +63,9 @@ GPUML_PUSH_CONSTANTS(Push) {
   uint bounds_mode;   // bounded E-step: kBoundsSet or kBoundsUse (ignored by the plain one)
   int value_exponent;   // the exact sums' exponents (algorithms::SumFrame): of sum_i w_i x_if,
   int weight_exponent;  // and of sum_i w_i
+  uint move_totals;     // kStageSearch: 1 to move each changed sample's terms between the totals (no sums stage)
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 11)
+GPUML_CHECK_PUSH(Push, 12)
 GPUML_SHADER_INTERFACE_END
 
 #endif
