@@ -265,21 +265,15 @@ struct SumFrame {
   double max_row_norm = 0;    ///< bound on ||x_i||
   double max_weight = 0;      ///< bound on w_i
 
-  /// Scaled terms of T stay below 2^term_bits<T>: the device rounds a scaled float32 term in float arithmetic
-  /// (shaders/exact_sum.glsl), which needs it below 2^44; 44 bits still hold a float32 term 20 bits finer than its own.
-  template <class T>
-  static constexpr int term_bits = std::is_same_v<T, float> ? 44 : 62;
-
   /// The exponent of sums of `rows` terms of T of magnitude at most `bound` (0 for an empty or zero bound).
   template <class T>
   static int exponent(double bound, std::int64_t rows) {
     const double total = bound * static_cast<double>(std::max<std::int64_t>(rows, 1));
     if (!(bound > 0) || !std::isfinite(total)) return 0;
-    int e_total = 0, e_term = 0;
+    int e_total = 0;
     std::frexp(total, &e_total);  // total < 2^e_total
-    std::frexp(bound, &e_term);
     // At most 100: tiny data keeps 100 fractional bits (every float32 scale factor stays finite on the device).
-    return std::min({62 - e_total, term_bits<T> - e_term, 100});
+    return std::min(62 - e_total, 100);
   }
   /// Of the weighted values' sums, sum_i w_i x_if.
   template <class T>
