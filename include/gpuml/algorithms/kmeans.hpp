@@ -584,12 +584,22 @@ class ShardedLloydEngine {
   }
 
   const Labels& labels() {
-    labels_.resize(n_);
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      const Labels& part = shards_[s]->labels();
-      labels_.segment(first_[s], part.size()) = part;
-    }
+    labels_ = take_labels();
     return labels_;
+  }
+  /// The labels of every shard, each downloaded into its range at once where the engines can (copy_labels), the
+  /// end of a fit.
+  Labels take_labels() {
+    Labels out(n_);
+    if constexpr (requires(const Engine& e, std::int32_t* p) { e.copy_labels(p); }) {
+      each([&](std::size_t s) { shards_[s]->copy_labels(out.data() + first_[s]); });
+    } else {
+      for (std::size_t s = 0; s < shards_.size(); ++s) {
+        const Labels& part = shards_[s]->labels();
+        out.segment(first_[s], part.size()) = part;
+      }
+    }
+    return out;
   }
 
   void assign(const Matrix<T>& C) {

@@ -397,8 +397,12 @@ class LloydEngine {
   /// The current labels, downloaded into a vector of the caller's (the end of a fit: no copy of n labels after).
   Labels take_labels() const {
     Labels out(static_cast<Eigen::Index>(n_));
-    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, out.data() + c.first, c.rows * 4);
+    copy_labels(out.data());
     return out;
+  }
+  /// The current labels, downloaded to out[0, n) (a sharded fit's engines each into their range, at once).
+  void copy_labels(std::int32_t* out) const {
+    for (auto& c : chunks_) vulkan::download(dev_, c.labels, 0, out + c.first, c.rows * 4);
   }
 
  private:
