@@ -113,3 +113,24 @@ def test_non_finite_x_names_the_value(rng, device):
     X[117, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         gpuml.KMeans(3, device=device).fit(X)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_several_devices_give_one_devices_fit_bit_for_bit(rng, device, dtype):
+    """device="i,i" and "i,i,i" (the device under test opened two and three times): KMeans shards its rows across
+    the devices and adds their exact sums, so labels, centers, inertia and n_iter are one device's, bit for bit, on
+    real-valued data with weights."""
+    name = gpuml.backend_name(device)
+    if name == "host":
+        pytest.skip("sharding needs a Vulkan device")
+    index = next(d["index"] for d in gpuml.devices() if d["name"] == name)
+    X = (rng.uniform(-3.0, 7.0, size=(20011, 5))).astype(dtype)
+    w = rng.uniform(0.25, 2.0, size=X.shape[0]).astype(dtype)
+    params = dict(n_clusters=23, init=X[:23], n_init=1, max_iter=50, tol=0)
+    one = gpuml.KMeans(**params, device=index).fit(X, sample_weight=w)
+    for devices in (f"{index},{index}", f"{index},{index},{index}"):
+        many = gpuml.KMeans(**params, device=devices).fit(X, sample_weight=w)
+        np.testing.assert_array_equal(many.labels_, one.labels_)
+        np.testing.assert_array_equal(many.cluster_centers_, one.cluster_centers_)
+        assert many.inertia_ == one.inertia_
+        assert many.n_iter_ == one.n_iter_
