@@ -962,3 +962,20 @@ TEST(KMeansParameters, NInitZeroIsAutoAndNegativeWeightsAreRejected) {
   a.n_init = -1;
   EXPECT_THROW(KMeans<double>(a, gpuml::Backend::host()).fit(X), gpuml::invalid_input);
 }
+
+// The host's rounding of exact-sum terms is std::nearbyint's (ties to even) at every magnitude, the band just below
+// 2^52 (where a double still has halves) included; exponents stay bounded where bound * rows overflows double, and
+// a float32 scale stays within float32's normal range.
+TEST(KMeansExactSums, RoundingAndExponentsHoldAtTheEdges) {
+  for (const double y : {0.5, 1.5, 2.5, -0.5, -1.5, 123.456, -7.5, 2251799813685249.5, -2251799813685249.5,
+                         2251799813685250.5, 4503599627370495.5, -4503599627370495.5, 4503599627370496.0, 1e18, -1e18})
+    EXPECT_EQ(gpuml::algorithms::round_to_even(y), std::nearbyint(y)) << y;
+  using gpuml::algorithms::SumFrame;
+  const std::int64_t rows = 1'000'000'000;
+  const int e = SumFrame::exponent<double>(1e300, rows);
+  EXPECT_LE(std::ldexp(1e300, e) * static_cast<double>(rows), std::ldexp(1.0, 62)) << e;
+  EXPECT_GT(std::ldexp(1e300, e) * static_cast<double>(rows), std::ldexp(1.0, 60)) << e;
+  EXPECT_GE(SumFrame::exponent<float>(1e300, rows), -126);
+  EXPECT_EQ(SumFrame::exponent<float>(0.0, rows), 0);
+  EXPECT_EQ(SumFrame::exponent<float>(1.0, 3), 60);  // 3 < 2^2: 3 * 2^60 < 2^62
+}

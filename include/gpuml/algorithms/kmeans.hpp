@@ -157,10 +157,29 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, Col
 }
 
 /// y rounded to an integer, ties to even (as std::nearbyint in the default rounding mode), in plain double arithmetic
-/// the compiler can vectorise: below 2^51 adding and removing 1.5 * 2^52 rounds y; from 2^52 on y is an integer.
+/// the compiler can vectorise: below 2^52 adding and removing 2^52 with y's sign rounds y; from 2^52 on y is an
+/// integer.
 inline double round_to_even(double y) {
-  constexpr double kShift = 6755399441055744.0;  // 1.5 * 2^52
-  return std::abs(y) < 2251799813685248.0 ? (y + kShift) - kShift : y;  // 2^51
+  constexpr double kTwo52 = 4503599627370496.0;  // 2^52
+  if (!(std::abs(y) < kTwo52)) return y;
+  const double shift = std::copysign(kTwo52, y);
+  return (y + shift) - shift;
+}
+
+/// t with rows * bound < 2^t (bound > 0 and finite), also where the product overflows double: the bits a sum of
+/// `rows` terms of magnitude at most `bound` needs above the binary point.
+inline int sum_bits(double bound, std::int64_t rows) {
+  const double n = static_cast<double>(std::max<std::int64_t>(rows, 1));
+  int t = 0;
+  if (std::isfinite(bound * n)) {
+    std::frexp(bound * n, &t);
+  } else {
+    int b = 0, r = 0;
+    std::frexp(bound, &b);
+    std::frexp(n, &r);
+    t = b + r;
+  }
+  return t;
 }
 
 /// Per-column sums of X, or of (X - center)^2, that do not depend on how the rows are cut (threads, devices, ranks):
@@ -182,9 +201,8 @@ struct ExactColumnSums {
         e[f] = 0;
         continue;
       }
-      std::frexp(b, &chunk);                                                     // b < 2^chunk
-      std::frexp(b * static_cast<double>(std::max<std::int64_t>(rows, 1)), &total);
-      e[f] = std::min({37 - chunk, 62 - total, 1000});
+      std::frexp(b, &chunk);  // b < 2^chunk
+      e[f] = std::min({37 - chunk, 62 - sum_bits(b, rows), 1000});
     }
     return e;
   }
@@ -268,12 +286,11 @@ struct SumFrame {
   /// The exponent of sums of `rows` terms of T of magnitude at most `bound` (0 for an empty or zero bound).
   template <class T>
   static int exponent(double bound, std::int64_t rows) {
-    const double total = bound * static_cast<double>(std::max<std::int64_t>(rows, 1));
-    if (!(bound > 0) || !std::isfinite(total)) return 0;
-    int e_total = 0;
-    std::frexp(total, &e_total);  // total < 2^e_total
+    // No term of T exceeds T's largest value: a float32 bound beyond it would only push 2^e below float32's range.
+    bound = std::min(bound, static_cast<double>(std::numeric_limits<T>::max()));
+    if (!(bound > 0)) return 0;
     // At most 100: tiny data keeps 100 fractional bits (every float32 scale factor stays finite on the device).
-    return std::min(62 - e_total, 100);
+    return std::min(62 - sum_bits(bound, rows), 100);
   }
   /// Of the weighted values' sums, sum_i w_i x_if.
   template <class T>

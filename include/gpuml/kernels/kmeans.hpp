@@ -650,6 +650,8 @@ template <class T>
 Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers) {
   require_scalar_support<T>(device);
   const auto& info = device.info();
+  if (!info.int64)  // kmeans_inertia.comp also holds the inertia's int64 sums
+    throw unsupported(info.name + " has no shaderInt64, which the k-means kernels need");
   const bool cpu = info.type == vulkan::DeviceType::cpu;
   const std::uint64_t n = X.rows(), d = X.cols(), k = centers.rows(), s = sizeof(T);
   constexpr std::uint32_t threads = 128;
