@@ -320,8 +320,8 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
 // The exact sums on real-valued data: the device's integer sums per cluster, weight sums and inertia equal the
 // host's fixed point of every term (algorithms::fixed_point of w_i x_if, w_i and w_i ||x_i - c||^2 as T forms them),
 // from the device's own labels, for every walk of a batch (one owner per cluster; (cluster, feature) pairs for a
-// crowded batch, many clusters or wide rows), plain and bounded. The float32 kernels round a term in two float
-// additions (exact_sum.glsl): any difference from round-to-nearest-even shows here.
+// crowded batch, many clusters or wide rows), plain and bounded (the lattice test's shapes): any difference between
+// the kernels' roundEven (exact_sum.glsl) and the host's round_to_even shows here.
 TYPED_TEST(KMeansDeviceTest, ExactSumsAreTheHostsFixedPointOfEveryTerm) {
   using T = TypeParam;
   struct Shape {
