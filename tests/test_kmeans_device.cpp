@@ -267,6 +267,14 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
   }
 }
 
+/// The shapes of the partial-sum tests: one owner per cluster walks a batch, or (cluster, feature) pairs do (a
+/// crowded batch, more clusters than threads, wide rows).
+struct SumShape {
+  Eigen::Index n, d;
+  std::uint32_t k;
+};
+constexpr SumShape kSumShapes[] = {{12011, 14, 97}, {9001, 5, 3}, {7001, 6, 300}, {3001, 40, 20}};
+
 // The partial sums on lattice data with integer weights, where every sum is exact in float: the engine's sums and
 // weights per cluster equal the host's from the engine's own labels, whichever way the kernel walks a batch of
 // samples (one owner per cluster; (cluster, feature) pairs for a crowded batch, for more clusters than threads, and
@@ -274,12 +282,8 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
 // twice or missed, or a workgroup's stale sums, shows.
 TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
   using T = TypeParam;
-  struct Shape {
-    Eigen::Index n, d;
-    std::uint32_t k;
-  };
   for (const auto& dev : devices()) {
-    for (const Shape& shape : {Shape{12011, 14, 97}, Shape{9001, 5, 3}, Shape{7001, 6, 300}, Shape{3001, 40, 20}}) {
+    for (const SumShape& shape : kSumShapes) {
       const Matrix<T> X = lattice_blobs<T>(shape.n, shape.d, shape.k, 950 + shape.k);
       const Eigen::VectorX<T> w = integer_weights<T>(shape.n, 951 + shape.k);
       for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
@@ -324,12 +328,8 @@ TYPED_TEST(KMeansDeviceTest, PartialSumsAreExactOnLatticeData) {
 // the kernels' roundEven (exact_sum.glsl) and the host's round_to_even shows here.
 TYPED_TEST(KMeansDeviceTest, ExactSumsAreTheHostsFixedPointOfEveryTerm) {
   using T = TypeParam;
-  struct Shape {
-    Eigen::Index n, d;
-    std::uint32_t k;
-  };
   for (const auto& dev : devices()) {
-    for (const Shape& shape : {Shape{12011, 14, 97}, Shape{9001, 5, 3}, Shape{7001, 6, 300}, Shape{3001, 40, 20}}) {
+    for (const SumShape& shape : kSumShapes) {
       const Matrix<T> X = random_matrix<T>(shape.n, shape.d, 960 + shape.k, -4.0, 9.0);
       const Eigen::VectorX<T> w = random_matrix<T>(shape.n, 1, 961 + shape.k, 0.1, 3.0).col(0);
       const auto frame = gpuml::algorithms::SumFrame::of<T>(X, w);
