@@ -195,7 +195,7 @@ struct ExactColumnSums {
   static Eigen::RowVectorXi exponents_for(const Eigen::RowVectorXd& bound, std::int64_t rows) {
     Eigen::RowVectorXi e(bound.size());
     for (Eigen::Index f = 0; f < bound.size(); ++f) {
-      int chunk = 0, total = 0;
+      int chunk = 0;
       const double b = bound[f] * (1 + 1e-12);
       if (!(b > 0) || !std::isfinite(b)) {
         e[f] = 0;
