@@ -287,16 +287,9 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["n_iter"] = n_iter;
     j["inertia"] = km.inertia();
     j["e_step"] = o.e_step;
-    // Fingerprints of the result (FNV-1a over the bytes), to compare fits bit for bit without their files.
-    auto fnv = [](const void* data, std::size_t bytes) {
-      std::uint64_t h = 1469598103934665603ull;
-      for (std::size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
-      char text[17];
-      std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-      return std::string(text);
-    };
-    j["labels_fnv"] = fnv(km.labels().data(), static_cast<std::size_t>(km.labels().size()) * sizeof(km.labels()[0]));
-    j["centers_fnv"] = fnv(km.cluster_centers().data(), static_cast<std::size_t>(km.cluster_centers().size()) * sizeof(T));
+    using gpuml_program::fingerprint;
+    j["labels_fnv"] = fingerprint(km.labels().data(), static_cast<std::size_t>(km.labels().size()) * sizeof(km.labels()[0]));
+    j["centers_fnv"] = fingerprint(km.cluster_centers().data(), static_cast<std::size_t>(km.cluster_centers().size()) * sizeof(T));
     j["fit_seconds"] = best;
     j["iteration_seconds"] = best_loop;
     j["fit_seconds_all"] = times;

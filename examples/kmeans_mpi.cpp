@@ -160,7 +160,11 @@ int run(const Options& o, const gpuml::NpyHeader& h, const MappedFile& file, gpu
     nlohmann::json j{{"program", "gpuml-kmeans-mpi"}, {"ranks", comm.size()}, {"n", n}, {"d", d},
                      {"k", o.n_clusters}, {"n_iter", km.n_iter()}, {"inertia", km.inertia()},
                      {"fit_seconds", seconds}, {"ms_per_iter", 1e3 * km.iteration_seconds() / std::max(1, km.n_iter())},
-                     {"backend_rank0", gpuml::describe(backend)}};
+                     {"backend_rank0", gpuml::describe(backend)},
+                     {"labels_fnv", gpuml_program::fingerprint(all.data(), static_cast<std::size_t>(all.size()) * sizeof(all[0]))},
+                     {"centers_fnv", gpuml_program::fingerprint(km.cluster_centers().data(),
+                                                                static_cast<std::size_t>(km.cluster_centers().size()) *
+                                                                    sizeof(km.cluster_centers()(0, 0)))}};
     std::printf("%s\n", j.dump().c_str());
   } else if (!outputs.to_stdout()) {
     std::printf("ranks: %d, n=%lld d=%lld k=%d\nn_iter: %d\ninertia: %.10g\nfit: %.3f s\n", comm.size(),

@@ -338,4 +338,14 @@ inline bool use_float32(bool float32_flag, bool float64_flag, const std::string&
   return gpuml::file_format(path) == gpuml::FileFormat::npy && gpuml::read_npy_header(path).dtype == gpuml::NpyDtype::f4;
 }
 
+/// A fingerprint of a result's bytes (FNV-1a, 64 bits, as 16 hex digits): fits compared bit for bit without their
+/// files.
+inline std::string fingerprint(const void* data, std::size_t bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(text);
+}
+
 }  // namespace gpuml_program

@@ -267,6 +267,79 @@ TYPED_TEST(KMeansDeviceTest, StepsInPartsMatchWholeStepsAndCancel) {
   }
 }
 
+// Cancellation across shards (ShardedLloydEngine): the poll runs on the calling thread while the shards step, and
+// each shard's step runs in parts (a slice of 0 ms); polled steps give the unsharded engine's sums bit for bit, and
+// a false poll stops every shard with gpuml::cancelled. Through KMeans: a fit on a device list cancelled by
+// keep_going leaves the estimator unfitted; one whose keep_going says go on is the fit without it.
+TYPED_TEST(KMeansDeviceTest, ShardedStepsPollOnTheCallingThreadAndCancel) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const Eigen::Index n = 24007, d = 7;
+    const std::uint32_t k = 13;
+    const Matrix<T> X = random_matrix<T>(n, d, 710, -2.0, 5.0);
+    const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 711, 0.5, 2.0).col(0);
+    const auto frame = gpuml::algorithms::SumFrame::of<T>(gpuml::ShiftedView<T>{X}, w);
+    using Engine = gpuml::kernels::LloydEngine<T>;
+    auto& device = *dev.backend.device();
+    Engine whole(device, X, w.data(), k, gpuml::KMeansEStep::automatic, nullptr, {}, frame);
+    whole.reset_labels();
+    std::vector<std::unique_ptr<Engine>> shards;
+    const std::vector<std::int64_t> first{0, 9001, 17003};
+    for (std::size_t s = 0; s < first.size(); ++s) {
+      const std::int64_t end = s + 1 < first.size() ? first[s + 1] : n;
+      shards.push_back(std::make_unique<Engine>(device, X.middleRows(first[s], end - first[s]), w.data() + first[s], k,
+                                                gpuml::KMeansEStep::automatic, nullptr, std::nullopt, frame));
+      shards.back()->reset_labels();
+    }
+    gpuml::algorithms::ShardedLloydEngine<Engine, T> sharded(std::move(shards), first, n);
+    const auto caller = std::this_thread::get_id();
+    int polls = 0, elsewhere = 0;
+    sharded.set_keep_going([&] {
+      if (std::this_thread::get_id() != caller) ++elsewhere;
+      return ++polls > 0;
+    }, 0.0);
+    Matrix<T> C = X.topRows(k), sums_whole, sums_sharded;
+    Eigen::VectorX<T> weights_whole, weights_sharded;
+    for (int step = 0; step < 4; ++step) {
+      const bool changed_whole = gpuml::testing::e_step_rounded(whole, C, sums_whole, weights_whole);
+      const bool changed_sharded = gpuml::testing::e_step_rounded(sharded, C, sums_sharded, weights_sharded);
+      EXPECT_EQ(changed_whole, changed_sharded) << "step " << step;
+      EXPECT_EQ(std::memcmp(sums_whole.data(), sums_sharded.data(), sizeof(T) * sums_whole.size()), 0) << "step " << step;
+      EXPECT_EQ(std::memcmp(weights_whole.data(), weights_sharded.data(), sizeof(T) * k), 0) << "step " << step;
+      for (std::uint32_t j = 0; j < k; ++j)
+        if (weights_whole[j] > 0) C.row(j) = sums_whole.row(j) / weights_whole[j];
+    }
+    EXPECT_TRUE(whole.labels() == sharded.labels());
+    EXPECT_GE(polls, 4) << "one poll as each step starts";
+    EXPECT_EQ(elsewhere, 0) << "keep_going is asked on the calling thread only";
+    sharded.set_keep_going([] { return false; }, 0.0);
+    EXPECT_THROW(gpuml::testing::e_step_rounded(sharded, C, sums_sharded, weights_sharded), gpuml::cancelled);
+
+    const std::string index = std::to_string(device.info().index);
+    const gpuml::Backend pair = gpuml::select_backend(index + "," + index);
+    KMeansParams p;
+    p.n_clusters = static_cast<int>(k);
+    p.init_centers = X.topRows(k).template cast<double>();
+    p.max_iter = 20;
+    p.tol = 0;
+    KMeans<T> plain(p, pair);
+    plain.fit(X, w);
+    int asked = 0;
+    p.keep_going = [&asked] { return ++asked > 0; };
+    KMeans<T> polled(p, pair);
+    polled.fit(X, w);
+    EXPECT_GE(asked, 1);
+    EXPECT_TRUE(polled.labels() == plain.labels());
+    EXPECT_EQ(polled.inertia(), plain.inertia());
+    EXPECT_EQ(polled.n_iter(), plain.n_iter());
+    int left = 3;
+    p.keep_going = [&left] { return --left > 0; };
+    KMeans<T> stopped(p, pair);
+    EXPECT_THROW(stopped.fit(X, w), gpuml::cancelled);
+    EXPECT_FALSE(stopped.fitted());
+  }
+}
+
 /// The shapes of the partial-sum tests: one owner per cluster walks a batch, or (cluster, feature) pairs do (a
 /// crowded batch, more clusters than threads, wide rows).
 struct SumShape {

@@ -14,18 +14,22 @@
 #include <gpuml/algorithms/numpy_random.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <concepts>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -590,6 +594,19 @@ class ShardedLloydEngine {
   ShardedLloydEngine(std::vector<std::unique_ptr<Engine>> shards, std::vector<std::int64_t> first_rows, std::int64_t n)
       : shards_(std::move(shards)), first_(std::move(first_rows)), n_(n) {}
 
+  /// Cancellation across the shards: `keep_going` is asked on the calling thread (where Python's signal check must
+  /// run) as each step starts and every `slice_ms` while the shards work on their threads. Its false reaches each
+  /// shard's own poll between the parts of its step (a shard's step runs in parts as one device's does), and the
+  /// step throws gpuml::cancelled once every shard has stopped.
+  void set_keep_going(KeepGoing keep_going, double slice_ms = kKeepGoingSliceMs) {
+    keep_going_ = std::move(keep_going);
+    slice_ms_ = slice_ms;
+    stop_->store(false);
+    for (auto& shard : shards_)
+      if constexpr (requires { shard->set_keep_going(KeepGoing{}, slice_ms); })
+        shard->set_keep_going(keep_going_ ? KeepGoing([stop = stop_] { return !stop->load(); }) : KeepGoing{}, slice_ms);
+  }
+
   bool e_step(const Matrix<T>& C, ClusterSums& sums) {
     const std::size_t count = shards_.size();
     std::vector<ClusterSums> parts(count);
@@ -632,16 +649,65 @@ class ShardedLloydEngine {
   }
 
  private:
-  /// Runs work(s) for every shard at once (one thread each), rethrowing the first failure by shard order.
+  /// Runs work(s) for every shard at once (one thread each), rethrowing the first failure by shard order; with a
+  /// keep_going, on threads of their own while this thread polls (set_keep_going).
   template <class Work>
   void each(Work&& work) {
-    concurrently(shards_.size(), std::forward<Work>(work));
+    if (!keep_going_) return concurrently(shards_.size(), std::forward<Work>(work));
+    ask_keep_going();
+    if (stop_->load()) throw cancelled(kCancelled);
+    std::mutex mutex;
+    std::condition_variable ended;
+    bool done = false;
+    std::exception_ptr failure, poll_failure;
+    auto body = [&] {
+      try {
+        concurrently(shards_.size(), work);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      done = true;
+      ended.notify_one();
+    };
+    std::thread runner;
+    try {
+      runner = std::thread(body);
+    } catch (const std::system_error&) {
+      body();  // no thread could be started: the shards run here, polled by their own steps only
+    }
+    {
+      std::unique_lock lock(mutex);
+      const std::chrono::duration<double, std::milli> slice(std::max(slice_ms_, 1.0));
+      while (!ended.wait_for(lock, slice, [&] { return done; })) {
+        if (stop_->load()) continue;
+        lock.unlock();
+        try {
+          ask_keep_going();
+        } catch (...) {
+          poll_failure = std::current_exception();
+          stop_->store(true);
+        }
+        lock.lock();
+      }
+    }
+    if (runner.joinable()) runner.join();
+    if (poll_failure) std::rethrow_exception(poll_failure);
+    if (failure) std::rethrow_exception(failure);
+    if (stop_->load()) throw cancelled(kCancelled);  // asked to stop after every shard had finished its step
+  }
+  void ask_keep_going() {
+    if (!keep_going_()) stop_->store(true);
   }
 
+  static constexpr const char* kCancelled = "KMeans.fit was cancelled during an E-step; the estimator is unchanged";
   std::vector<std::unique_ptr<Engine>> shards_;
   std::vector<std::int64_t> first_;
   std::int64_t n_;
   Labels labels_;
+  KeepGoing keep_going_;
+  double slice_ms_ = kKeepGoingSliceMs;
+  std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);  // read by every shard's poll
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:

@@ -64,8 +64,8 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
                                    keep_going, e_step, resident, tile, frame);
         std::vector<vulkan::Device*> devices;
         for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, e_step, tile,
-                                         frame);
+        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going,
+                                         e_step, tile, frame);
       },
       [&] {
         return with_centred_copy(X, [&](MatrixView<T> Xc) {

@@ -602,10 +602,11 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
 /// LloydEngine each, run at once (algorithms::ShardedLloydEngine says how the sums combine: exactly, so the result
 /// is one device's, bit for bit). The engines are set up at once too: each device reads, centres and uploads its own
 /// rows on a thread of its own. `frame`: the fit's bounds where the caller knows them (none: a pass over X).
+/// `keep_going` is asked on the calling thread while the shards work (ShardedLloydEngine::set_keep_going).
 template <class T>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
-                                         const IterationCallback& on_iteration = {},
+                                         const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
                                          KMeansEStep e_step = KMeansEStep::automatic,
                                          const std::optional<KMeansTileParams>& tile = {},
                                          std::optional<algorithms::SumFrame> frame = {}) {
@@ -625,6 +626,7 @@ algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& dev
     first[s] = r0;
   });
   algorithms::ShardedLloydEngine<LloydEngine<T>, T> engine(std::move(shards), std::move(first), n);
+  engine.set_keep_going(keep_going);
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto r = algorithms::lloyd_loop<T>(engine, X, w, init_centers, max_iter, tol_absolute, verbose, on_iteration);
   r.setup_seconds = setup;

@@ -11,9 +11,9 @@
 // Optional: this header needs MPI (<mpi.h>, e.g. Debian's libopenmpi-dev) and is not part of <gpuml/gpuml.hpp>.
 // CMake: link gpuml::mpi (defined when MPI is found).
 //
-// What a distributed fit returns, against the same rows fitted in one process: with one rank, the same bit for bit;
-// with several, the per-cluster sums differ by the rounding of each rank's partial sums (as with several devices,
-// algorithms::ShardedLloydEngine), so labels agree except for samples within that rounding of two centers.
+// What a distributed fit returns, against the same rows fitted in one process from the same starting centers: the
+// same labels, centers, inertia and n_iter bit for bit on any number of ranks (the sums are exact, as across several
+// devices: algorithms::ShardedLloydEngine).
 //
 // Faults: every collective step carries a status word. A rank whose input is bad (another feature count, a
 // non-finite value) or whose local work throws reports it at the next collective, and every rank then throws
