@@ -202,8 +202,12 @@ TEST(DistributedKMeansFaults, ACancellationOnOneRankStopsEveryRank) {
     gpuml::mpi::KMeans<double> km(p, MPI_COMM_WORLD, gpuml::Backend::host());
     EXPECT_THROW(km.fit(mine), gpuml::cancelled);
     EXPECT_THROW((void)km.labels(), gpuml::not_fitted);
-    if (asker) EXPECT_EQ(polls, 2);
-    if (rank() == 0 && !asker) EXPECT_EQ(iterations, 2);
+    if (asker) {
+      EXPECT_EQ(polls, 2);
+    }
+    if (rank() == 0 && !asker) {
+      EXPECT_EQ(iterations, 2);
+    }
   }
 }
 

@@ -135,7 +135,7 @@ namespace detail {
 template <class Local, class T>
 class DistributedLloyd {
  public:
-  DistributedLloyd(const Communicator& comm, Local& local, MatrixView<T> X, VectorView<T> w, std::int64_t first_row)
+  DistributedLloyd(const Communicator& comm, Local& local, ShiftedView<T> X, VectorView<T> w, std::int64_t first_row)
       : comm_(comm), local_(local), X_(X), w_(w), first_(first_row) {}
 
   bool e_step(const Matrix<T>& C, algorithms::ClusterSums& sums) {
@@ -178,11 +178,15 @@ class DistributedLloyd {
     // This rank's candidates: its n_empty farthest samples as (distance, global index).
     const Labels& labels = local_.labels();
     const std::int64_t n = X_.rows();
-    std::vector<std::pair<double, std::int64_t>> mine;
-    for (std::int64_t i = 0; i < n; ++i)
-      mine.emplace_back(double(algorithms::sq_dist(X_.data() + i * X_.outerStride(),
-                                                   centers_old.data() + std::int64_t{labels[i]} * d, d)),
-                        first_ + i);
+    std::vector<std::pair<double, std::int64_t>> mine(static_cast<std::size_t>(n));
+    parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      std::vector<T> row(static_cast<std::size_t>(d));  // the centred row, rounded as one process forms it
+      for (std::int64_t i = b; i < e; ++i) {
+        for (std::int64_t f = 0; f < d; ++f) row[static_cast<std::size_t>(f)] = X_(i, f);
+        mine[static_cast<std::size_t>(i)] = {double(algorithms::sq_dist(row.data(), centers_old.data() + std::int64_t{labels[i]} * d, d)),
+                                             first_ + i};
+      }
+    });
     auto farther = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); };
     const auto keep = std::min<std::int64_t>(n_empty, n);
     std::partial_sort(mine.begin(), mine.begin() + keep, mine.end(), farther);
@@ -230,7 +234,7 @@ class DistributedLloyd {
  private:
   const Communicator& comm_;
   Local& local_;
-  MatrixView<T> X_;
+  ShiftedView<T> X_;
   VectorView<T> w_;
   std::int64_t first_;
 };
@@ -477,26 +481,29 @@ class RankRows {
     return on_device ? run(*on_device) : run(*on_host);
   }
 
-  /// One Lloyd run across ranks from `start`: each rank's engine on its rows (DistributedLloyd).
+  /// One Lloyd run across ranks from `start`: each rank's engine on its rows (DistributedLloyd). A device engine
+  /// centres the rows on its upload and takes the E-step one process would (bounded where it pays); the host
+  /// engine reads the centred copy.
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
                                    const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
-    const MatrixView<T> X = centred(Xc);
     const auto k = static_cast<std::uint32_t>(start.rows());
+    KMeansEStep e_step = p.e_step;
+    if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
     std::optional<kernels::LloydEngine<T>> on_device;
     std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
     comm_.guarded([&] {
       run_on<T>(
           backend_, "distributed KMeans",
           [&] {
-            on_device.emplace(*backend_.device(), X, w.data(), k, KMeansEStep::plain, nullptr,
-                              std::optional<KMeansTileParams>{}, frame);
+            on_device.emplace(*backend_.device(), Xc, w.data(), k, e_step, nullptr, std::optional<KMeansTileParams>{},
+                              frame);
             on_device->reset_labels();
           },
-          [&] { on_host.emplace(X, w, frame); });
+          [&] { on_host.emplace(centred(Xc), w, frame); });
     });
     auto run = [&](auto& engine) {
-      DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, X, w, first_);
-      return algorithms::lloyd_loop<T>(spread, X, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration);
+      DistributedLloyd<std::decay_t<decltype(engine)>, T> spread(comm_, engine, Xc, w, first_);
+      return algorithms::lloyd_loop<T>(spread, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration);
     };
     return on_device ? run(*on_device) : run(*on_host);
   }
