@@ -63,8 +63,8 @@ void expect_nearest(const Matrix<T>& X, const Matrix<T>& C, const Labels& labels
 
 /// Blobs on an integer lattice with integer noise in {-1, 0, 1}: with integer weights up to 3 every distance, mass,
 /// block sum and potential is an integer below 2^24, so both engines compute them exactly in float and double and
-/// the same seed must give the same draws and choices. (On real-valued float data the device's block sums round
-/// differently from the host's double sums, so a draw may rarely land on a neighbouring sample.)
+/// the same seed must give the same draws and choices. (On real-valued data both engines' sums are exact, but the
+/// device accumulates distances with fma, so a draw may rarely land on a neighbouring sample.)
 template <class T>
 Matrix<T> lattice_blobs(Eigen::Index n, Eigen::Index d, Eigen::Index k, std::uint64_t salt) {
   const Matrix<double> centers = random_matrix<double>(k, d, salt, -2.0, 3.0).array().floor() * 4.0;

@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -211,31 +213,99 @@ TEST(DistributedKMeansFaults, ACancellationOnOneRankStopsEveryRank) {
   }
 }
 
+/// Rows [first, first + rows) of n for this rank under one of three cuts: 0, shard(n, false); 1, shard(n, true) (the
+/// last shard empty); 2, the first shard empty, the second 700 rows (ending inside the first sampling block), the
+/// last the rest.
+std::pair<Eigen::Index, Eigen::Index> cut(Eigen::Index n, int mode) {
+  if (mode < 2 || ranks() == 1) return shard(n, mode == 1);
+  const Eigen::Index second = ranks() == 2 ? n : 700;
+  if (rank() == 0) return {0, 0};
+  if (rank() == 1) return {0, second};
+  if (rank() == ranks() - 1) return {second, n - second};
+  return {second, 0};
+}
+
+/// Real-valued rows mirrored through the origin (row n - 1 - i is minus row i, the middle row zero), drawn from
+/// `points` distinct random points, with weights mirrored too and the zero row heavy: the first center is almost
+/// surely the zero row, and then a candidate and its mirror image have equal potentials in exact arithmetic (the
+/// same terms in another order), so any rounding that depends on the cut of the rows decides such a tie.
+template <class T>
+std::pair<Matrix<T>, gpuml::Vector<T>> mirrored(Eigen::Index n, Eigen::Index d, Eigen::Index points, std::uint64_t salt) {
+  const Matrix<T> p = random_matrix<T>(points, d, salt, -10.0, 10.0);
+  const gpuml::Vector<T> u = random_matrix<T>(n, 1, salt + 1, 0.25, 2.0).col(0);
+  Matrix<T> X = Matrix<T>::Zero(n, d);
+  gpuml::Vector<T> w(n);
+  for (Eigen::Index i = 0; i < n / 2; ++i) {
+    X.row(i) = p.row(i % points);
+    X.row(n - 1 - i) = -X.row(i);
+    w[i] = w[n - 1 - i] = u[i];
+  }
+  if (n % 2) w[n / 2] = T(1e5);
+  return {X, w};
+}
+
+/// One k-means++ seeding (one run's draws) of the rows of `rows` (this process's, or every rank's): the chosen
+/// samples' indices and the centers (centred), as the fit draws them.
+template <class T, class Rows>
+std::vector<std::int64_t> seeding(Rows& rows, const Matrix<T>& X, const gpuml::Vector<T>& w, const KMeansParams& p,
+                                  Matrix<T>& centers) {
+  const gpuml::VectorView<T> weights(w);
+  const gpuml::detail::KMeansInputs<T> in(rows, X, &weights, p);
+  const gpuml::ShiftedView<T> Xc(X, in.mean.data());
+  gpuml::algorithms::NumpyRandomState random(p.random_state);
+  std::vector<std::int64_t> chosen;
+  centers = rows.starting_centers(Xc, in.w, p, random, in.frame, &chosen);
+  return chosen;
+}
+
 // k-means++ seeding across ranks (greedy, n_init runs from one random_state) against one process on the same
-// engine, on integer data with integer weights: every mass, block sum and potential is an exact integer, so the
-// draws, the seeds and the fit are the same bit for bit. The ranks' sampling blocks start at each rank's first row,
-// unlike one process's: on real data a draw could change only where it lands within the rounding of a block
-// boundary, and a candidate only where two potentials tie within float64 rounding.
+// engine, on real-valued data with real-valued weights: sampling blocks are global (a block may straddle ranks) and
+// every block sum, potential and the weights' total is an exact fixed-point sum, so the chosen samples, the seeds and
+// the fit are the same bit for bit on any cut: shard boundaries inside blocks, an empty shard first or last. The
+// mirrored data makes ties between a candidate and its mirror image, which inexact sums decide by their rounding.
 TYPED_TEST(DistributedKMeans, PlusPlusSeedingAcrossRanksMatchesOneProcess) {
   using T = TypeParam;
   for (const auto& b : rank_backends()) {
-    for (const bool last_empty : {false, true}) {
-      const Eigen::Index n = 4099, d = 6, k = 9;  // 5 blocks of 1024 samples in one process, cut unevenly
-      const Matrix<T> X = integer_blobs<T>(n, d, k, 41);
-      const gpuml::Vector<T> w = random_matrix<double>(n, 1, 42, 0.5, 3.49).col(0).array().round().template cast<T>();
-      KMeansParams p;
-      p.n_clusters = static_cast<int>(k);
-      p.n_init = 2;
-      p.random_state = gpuml::testing::test_seed() % 1000;
-      p.max_iter = 30;
-      gpuml::KMeans<T> one(p, b.backend);
-      one.fit(X, w);
-      const auto [first, rows] = shard(n, last_empty);
-      gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
-      many.fit(X.middleRows(first, rows), w.segment(first, rows));
-      const std::string what = b.name + (last_empty ? " last shard empty" : "") + " random_state " +
-                               std::to_string(p.random_state);
-      expect_same_fit(many, one, first, rows, what);
+    for (const bool mirror : {false, true}) {
+      const Eigen::Index n = 3001, d = 5;  // 3 sampling blocks in one process, the last of 953 samples
+      const int k = mirror ? 5 : 9;
+      Matrix<T> X;
+      gpuml::Vector<T> w;
+      if (mirror) {
+        std::tie(X, w) = mirrored<T>(n, d, 4, 43);
+      } else {
+        X = blobs<T>(n, d, k, 41);
+        w = random_matrix<T>(n, 1, 42, 0.1, 2.5).col(0);
+        for (Eigen::Index i = 0; i < n; i += 13) w[i] = T(0);
+      }
+      for (int mode = 0; mode < 3; ++mode) {
+        for (int s = 0; s < (mirror ? 4 : 2); ++s) {
+          KMeansParams p;
+          p.n_clusters = k;
+          p.n_init = 2;
+          p.random_state = (gpuml::testing::test_seed() + 7919 * s) % 100000;
+          p.max_iter = 30;
+          const auto [first, rows] = cut(n, mode);
+          const Matrix<T> X_local = X.middleRows(first, rows);
+          const gpuml::Vector<T> w_local = w.segment(first, rows);
+          const std::string what = b.name + (mirror ? " mirrored" : " blobs") + " cut " + std::to_string(mode) +
+                                   " random_state " + std::to_string(p.random_state);
+          Matrix<T> one_centers, many_centers;
+          gpuml::detail::LocalRows<T> local(b.backend);
+          const std::vector<std::int64_t> one_chosen = seeding<T>(local, X, w, p, one_centers);
+          gpuml::mpi::Communicator comm;
+          gpuml::mpi::detail::RankRows<T> spread(comm, b.backend, rows);
+          const std::vector<std::int64_t> many_chosen = seeding<T>(spread, X_local, w_local, p, many_centers);
+          EXPECT_EQ(many_chosen, one_chosen) << what;
+          EXPECT_TRUE(many_centers == one_centers) << what;
+
+          gpuml::KMeans<T> one(p, b.backend);
+          one.fit(X, w);
+          gpuml::mpi::KMeans<T> many(p, MPI_COMM_WORLD, b.backend);
+          many.fit(X_local, w_local);
+          expect_same_fit(many, one, first, rows, what);
+        }
+      }
     }
   }
 }

@@ -316,6 +316,19 @@ struct SumFrame {
     const double rounding = 1 + 4.0 * static_cast<double>(C.cols() + 2) * std::numeric_limits<T>::epsilon();
     return exponent<T>(max_weight * reach * reach * rounding * kTermSlack, rows);
   }
+  /// Of k-means++'s sampling masses and potentials, sums of w_i min(closest_i, ||x_i - c||^2) over d features, the
+  /// centers c being rows of the data (so ||x_i - c|| <= 2 max_row_norm).
+  template <class T>
+  int plus_plus_exponent(Eigen::Index d) const {
+    const double reach = 2 * max_row_norm;
+    const double rounding = 1 + 4.0 * static_cast<double>(d + 2) * std::numeric_limits<T>::epsilon();
+    return exponent<T>(max_weight * reach * reach * rounding * kTermSlack, rows);
+  }
+  /// Of the first draw's probabilities w_i / sum(w) rounded to T (each at most 1, within rounding of the total).
+  template <class T>
+  int probability_exponent() const {
+    return exponent<T>(2.0, rows);
+  }
 
   /// The frame of a fit over exactly these rows (one pass over them on the host threads).
   template <class T>
@@ -467,14 +480,46 @@ concept LloydEngine = requires(E& e, const Matrix<T>& c, ClusterSums& sums) {
   { e.inertia(c) } -> std::convertible_to<ExactSum>;
 };
 
+/// Sums of k-means++ sampling masses per sampling block, exact: one fixed-point int64 per block (all with one
+/// exponent for the whole seeding), and each as double, rounded once from its integer.
+struct BlockSums {
+  std::vector<std::int64_t> exact;
+  std::vector<double> values;
+  int exponent = 0;
+
+  /// values from exact.
+  void round() {
+    values.resize(exact.size());
+    for (std::size_t b = 0; b < exact.size(); ++b) values[b] = std::ldexp(static_cast<double>(exact[b]), -exponent);
+  }
+  /// The sum of every block's masses, exact.
+  ExactSum total() const {
+    ExactSum s{0, exponent};
+    for (const std::int64_t v : exact) s.value += v;
+    return s;
+  }
+};
+
+/// The sampling blocks of one shard of rows: global blocks of kPlusPlusBlock rows (declared below) start at every
+/// multiple of it over all shards, so a shard whose first row is `offset` rows into its block has a first local
+/// block of kPlusPlusBlock - offset rows (one process: offset 0).
+struct SamplingBlocks {
+  std::int64_t rows = 0, offset = 0;
+  std::int64_t count() const;
+  /// Local block b's first row and its end, in this shard's rows.
+  std::int64_t begin(std::int64_t b) const;
+  std::int64_t end(std::int64_t b) const;
+};
+
 /// The engine operations of plus_plus_loop (see there), besides the sampling masses draw() reads.
 template <class E, class T>
 concept PlusPlusEngine = requires(E& e, const Matrix<T>& c, int t, const std::vector<std::int64_t>& ids, std::int64_t b) {
   e.start(c);
-  { e.potentials(c) } -> std::convertible_to<std::vector<double>>;
+  { e.potentials(c) } -> std::convertible_to<std::vector<ExactSum>>;
   e.keep(t);
   { e.block_rows() } -> std::convertible_to<std::int64_t>;
   { e.block_sums() } -> std::convertible_to<const std::vector<double>&>;
+  { e.exact_block_sums() } -> std::convertible_to<const BlockSums&>;
   e.prefetch(ids);
   { e.block(b) } -> std::convertible_to<std::vector<double>>;
 };
@@ -783,6 +828,38 @@ inline int plus_plus_trials(int k) { return 2 + static_cast<int>(std::log(static
 /// lands in (on a device, n / kPlusPlusBlock numbers move per round instead of n).
 inline constexpr std::int64_t kPlusPlusBlock = 1024;
 
+inline std::int64_t SamplingBlocks::count() const {
+  return rows > 0 ? (offset + rows + kPlusPlusBlock - 1) / kPlusPlusBlock : 0;
+}
+inline std::int64_t SamplingBlocks::begin(std::int64_t b) const {
+  return std::max<std::int64_t>(0, b * kPlusPlusBlock - offset);
+}
+inline std::int64_t SamplingBlocks::end(std::int64_t b) const {
+  return std::min<std::int64_t>(rows, (b + 1) * kPlusPlusBlock - offset);
+}
+
+/// A k-means++ sum's term: the mass or potential term w * c as numpy forms it in T, in fixed point (`scale` 2^e).
+template <class T>
+inline std::int64_t plus_plus_term(T w, T c, double scale) {
+  return fixed_point<T>(static_cast<T>(w * c), scale);
+}
+
+/// The exact sum of the weights, in `exponent`'s fixed point (a distributed fit adds every rank's integers).
+template <class T>
+ExactSum exact_weight_sum(VectorView<T> w, int exponent) {
+  const double scale = std::ldexp(1.0, exponent);
+  const std::int64_t n = w.size();
+  std::vector<std::int64_t> part(static_cast<std::size_t>((n + kRowChunk - 1) / kRowChunk), 0);
+  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+    std::int64_t s = 0;
+    for (std::int64_t i = begin; i < end; ++i) s += fixed_point<T>(w[i], scale);
+    part[static_cast<std::size_t>(c)] = s;
+  });
+  ExactSum total{0, exponent};
+  for (const std::int64_t v : part) total.value += v;
+  return total;
+}
+
 /// Up to this many samples, float32 draws follow numpy's float32 cumulative sum exactly: np.cumsum of float32
 /// masses adds them one by one in float32, and its rounding (up to 1e-5 of the total at a million samples) moves a
 /// draw by many samples, so the sum is replayed in that order from every sample's mass each round (a download of
@@ -899,35 +976,30 @@ std::vector<std::int64_t> plus_plus_candidates(Masses& m, std::int64_t n, const 
   return ids;
 }
 
-/// The masses of the first draw: numpy's p = sample_weight / sample_weight.sum() in T (the sum in double, rounded
-/// to T), as double. `weight_sum`: the sum over all shards, where w is one shard of the data.
+/// The masses of the first draw: numpy's p = sample_weight / sample_weight.sum() in T (the sum exact, rounded to T),
+/// as double, in the sampling blocks of a shard whose first row is `offset` rows into its block. `total`: the
+/// weights' exact sum over all shards (exact_weight_sum); `exponent`: the block sums' (SumFrame::probability_exponent).
 template <class T>
 class WeightMasses {
  public:
-  explicit WeightMasses(VectorView<T> w, std::optional<double> weight_sum = {}) : w_(w) {
-    const std::int64_t n = w.size();
-    std::vector<double> parts(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock));
-    if (!weight_sum)
-      parallel_chunks(n, kPlusPlusBlock, [&](std::int64_t b, std::int64_t begin, std::int64_t end) {
-        double s = 0;
-        for (std::int64_t i = begin; i < end; ++i) s += static_cast<double>(w[i]);
-        parts[static_cast<std::size_t>(b)] = s;
-      });
-    double total = 0;
-    for (double s : parts) total += s;
-    total_ = static_cast<T>(weight_sum ? *weight_sum : total);
-    sums_.resize(parts.size());
-    parallel_chunks(n, kPlusPlusBlock, [&](std::int64_t b, std::int64_t, std::int64_t) {
-      double s = 0;
-      for (double v : block(b)) s += v;
-      sums_[static_cast<std::size_t>(b)] = s;
+  WeightMasses(VectorView<T> w, const ExactSum& total, int exponent, std::int64_t offset = 0)
+      : w_(w), total_(static_cast<T>(total.to_double())), blocks_{w.size(), offset} {
+    const double scale = std::ldexp(1.0, exponent);
+    sums_.exponent = exponent;
+    sums_.exact.assign(static_cast<std::size_t>(blocks_.count()), 0);
+    parallel_chunks(blocks_.count(), 1, [&](std::int64_t, std::int64_t b, std::int64_t) {
+      std::int64_t s = 0;
+      for (std::int64_t i = blocks_.begin(b); i < blocks_.end(b); ++i) s += fixed_point<T>(static_cast<T>(w_[i] / total_), scale);
+      sums_.exact[static_cast<std::size_t>(b)] = s;
     });
+    sums_.round();
   }
   std::int64_t block_rows() const { return kPlusPlusBlock; }
-  const std::vector<double>& block_sums() const { return sums_; }
+  const std::vector<double>& block_sums() const { return sums_.values; }
+  const BlockSums& exact_block_sums() const { return sums_; }
   void prefetch(const std::vector<std::int64_t>&) {}
   std::vector<double> block(std::int64_t b) const {
-    const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(w_.size(), begin + kPlusPlusBlock);
+    const std::int64_t begin = blocks_.begin(b), end = blocks_.end(b);
     std::vector<double> out(static_cast<std::size_t>(end - begin));
     for (std::int64_t i = begin; i < end; ++i) out[static_cast<std::size_t>(i - begin)] = p(i);
     return out;
@@ -938,7 +1010,8 @@ class WeightMasses {
  private:
   VectorView<T> w_;
   T total_ = 0;
-  std::vector<double> sums_;
+  SamplingBlocks blocks_;
+  BlockSums sums_;
 };
 
 /// scikit-learn's _kmeans_plusplus (greedy) on centred data, drawing from numpy's stream as scikit-learn does, for
@@ -949,8 +1022,10 @@ class WeightMasses {
 ///   the sampling masses w_i * closest_i in blocks, as Cumsum reads them
 /// The first center is random_state.choice(n, p=w / sum(w)); then each round draws 2 + int(log k) candidates at
 /// uniform() * current_pot in the cumulative masses and keeps the one of lowest potential (the first on ties, as
-/// np.argmin). Potentials are rounded to T, as scikit-learn's are T. scikit-learn sums the potentials with BLAS in T,
-/// the engines in double: a draw differs only where its target falls within that rounding of a boundary.
+/// np.argmin). Potentials are rounded to T, as scikit-learn's are T. scikit-learn sums the potentials with BLAS in T;
+/// the engines sum every term (w_i min(...) in T) exactly in the fixed point of SumFrame::plus_plus_exponent, as they
+/// sum the block masses, and round once: the same on any cut of the rows (devices, ranks, threads). A draw differs
+/// from scikit-learn's only where its target falls within BLAS's rounding of a boundary.
 ///
 /// `first_masses` are the masses of the first draw (the weights, as WeightMasses) of n samples and rows(ids) returns
 /// the drawn samples as rows; the overload below takes them from X and w. `chosen`, where given, receives the
@@ -967,9 +1042,7 @@ Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows,
   Matrix<T> centers(k, first.cols());
   centers.row(0) = first.row(0);
   engine.start(first);
-  double pot = 0;
-  for (const double s : engine.block_sums()) pot += s;
-  T current_pot = static_cast<T>(pot);
+  T current_pot = static_cast<T>(engine.exact_block_sums().total().to_double());
   std::vector<double> targets(static_cast<std::size_t>(n_trials));
   for (int c = 1; c < k; ++c) {
     for (double& r : targets) r = random.random_sample() * static_cast<double>(current_pot);
@@ -977,12 +1050,12 @@ Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows,
                                               ? plus_plus_candidates<float>(engine, n, targets)
                                               : plus_plus_candidates<double>(engine, n, targets);
     const Matrix<T> cand = rows(ids);
-    const std::vector<double> pot_each = engine.potentials(cand);
+    std::vector<T> pot_each;
+    for (const ExactSum& pot : engine.potentials(cand)) pot_each.push_back(static_cast<T>(pot.to_double()));
     int best = 0;
     for (int t = 1; t < n_trials; ++t)
-      if (static_cast<T>(pot_each[static_cast<std::size_t>(t)]) < static_cast<T>(pot_each[static_cast<std::size_t>(best)]))
-        best = t;
-    current_pot = static_cast<T>(pot_each[static_cast<std::size_t>(best)]);
+      if (pot_each[static_cast<std::size_t>(t)] < pot_each[static_cast<std::size_t>(best)]) best = t;
+    current_pot = pot_each[static_cast<std::size_t>(best)];
     engine.keep(best);
     centers.row(c) = cand.row(best);
     if (chosen) chosen->push_back(ids[static_cast<std::size_t>(best)]);
@@ -990,11 +1063,12 @@ Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows,
   return centers;
 }
 
+/// plus_plus_loop over X and w alone (one process), `frame` the fit's bounds (the engine's).
 template <class T, class Engine>
   requires PlusPlusEngine<Engine, T>
-Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, int k, NumpyRandomState& random,
-                         std::vector<std::int64_t>* chosen = nullptr) {
-  WeightMasses<T> weights(w);
+Matrix<T> plus_plus_loop(Engine& engine, ShiftedView<T> X, VectorView<T> w, const SumFrame& frame, int k,
+                         NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
+  WeightMasses<T> weights(w, exact_weight_sum(w, frame.weight_exponent<T>()), frame.probability_exponent<T>());
   auto rows = [&](const std::vector<std::int64_t>& ids) {
     Matrix<T> out(static_cast<Eigen::Index>(ids.size()), X.cols());
     for (std::size_t t = 0; t < ids.size(); ++t) out.row(static_cast<Eigen::Index>(t)) = X.row(ids[t]);
@@ -1011,7 +1085,23 @@ template <class T>
 Matrix<T> random_init(ShiftedView<T> X, VectorView<T> w, int k, NumpyRandomState& random,
                       std::vector<std::int64_t>* chosen = nullptr) {
   const std::int64_t n = X.rows();
-  WeightMasses<T> masses(w);
+  // numpy's p = w / w.sum(): the sum in double by blocks in order, rounded to T.
+  double weight_sum = 0;
+  {
+    std::vector<double> parts(static_cast<std::size_t>((n + kPlusPlusBlock - 1) / kPlusPlusBlock), 0.0);
+    parallel_chunks(n, kPlusPlusBlock, [&](std::int64_t b, std::int64_t begin, std::int64_t end) {
+      double s = 0;
+      for (std::int64_t i = begin; i < end; ++i) s += static_cast<double>(w[i]);
+      parts[static_cast<std::size_t>(b)] = s;
+    });
+    for (const double s : parts) weight_sum += s;
+  }
+  const T total = static_cast<T>(weight_sum);
+  struct {
+    VectorView<T> w;
+    T total;
+    double p(std::int64_t i) const { return static_cast<double>(static_cast<T>(w[i] / total)); }
+  } masses{w, total};
   // The cumulative p, numpy's cumsum: one sequential sum in double, found samples adding zero. Pages are first
   // touched on the host threads; every entry is written before it is read.
   std::unique_ptr<double[]> cdf(new double[static_cast<std::size_t>(n)]);

@@ -74,17 +74,20 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
       });
 }
 
+/// `frame`: the fit's bounds for the seeding's exact sums (none: those of exactly these rows).
 template <class T>
 Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k,
                                algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident = nullptr,
-                               std::vector<std::int64_t>* chosen = nullptr) {
+                               std::vector<std::int64_t>* chosen = nullptr,
+                               const std::optional<algorithms::SumFrame>& frame = {}) {
   const algorithms::NumpyRandomState before = random;  // a fallback draws the same sequence the device would have
+  const algorithms::SumFrame f = frame ? *frame : algorithms::SumFrame::of<T>(X, w);
   return run_on<T>(
       backend, "k-means++ seeding",
-      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, random, 0, resident, chosen); },
+      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, random, 0, resident, chosen, f); },
       [&] {
         random = before;
-        return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, random, chosen); });
+        return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, random, chosen, f); });
       });
 }
 
@@ -218,10 +221,12 @@ class LocalRows {
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
   /// One run's starting centers (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
+  /// `frame`: the fit's bounds (KMeansInputs), which fix k-means++'s exact sums.
   Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
-                             algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
+                             algorithms::NumpyRandomState& random, const algorithms::SumFrame& frame,
+                             std::vector<std::int64_t>* chosen = nullptr) {
     if (p.init == "k-means++")
-      return run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen);
+      return run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen, frame);
     return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
   }
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
@@ -266,7 +271,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     std::optional<algorithms::LloydResult<T>> best;
     for (int run = 0; run < in.n_init; ++run) {
       auto phase = Clock::now();
-      const Matrix<T> start = p.init_centers ? init_c : rows.starting_centers(Xc, in.w, p, random_state);
+      const Matrix<T> start = p.init_centers ? init_c : rows.starting_centers(Xc, in.w, p, random_state, in.frame);
       if (p.verbose) verbose_line("Initialization complete");
       fit.times.seeding += seconds_since(phase);
       phase = Clock::now();
@@ -336,7 +341,7 @@ std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, Matrix
   const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
   const ShiftedView<T> Xc(X, in.mean.data());
   std::vector<std::int64_t> chosen;
-  rows.starting_centers(Xc, in.w, p, random_state, &chosen);
+  rows.starting_centers(Xc, in.w, p, random_state, in.frame, &chosen);
   return chosen;
 }
 

@@ -159,17 +159,15 @@ void argmin_tile_base(const T* xt, std::int64_t d, const T* cm2, const T* cn, st
   argmin_tile_body<T, simd::kBaselineBytes>(xt, d, cm2, cn, k, best, label);
 }
 
-/// For the 256 samples of xt (d x 256): out[i] = min(closest[i], ||x_i - c||^2) (from differences); returns
-/// sum_i w[i] * out[i], accumulated per lane in T and summed in double.
+/// For the 256 samples of xt (d x 256): out[i] = min(closest[i], ||x_i - c||^2) (from differences).
 template <class T, int Bytes>
-__attribute__((always_inline)) inline double potential_tile_body(const T* __restrict xt, std::int64_t d,
-                                                                 const T* __restrict c, const T* __restrict closest,
-                                                                 const T* __restrict w, T* __restrict out) {
+__attribute__((always_inline)) inline void potential_tile_body(const T* __restrict xt, std::int64_t d,
+                                                               const T* __restrict c, const T* __restrict closest,
+                                                               T* __restrict out) {
   GPUML_HOST_CONTRACT_FAST
   using V = typename simd::Vec<T, Bytes>::V;
   constexpr int L = Bytes / static_cast<int>(sizeof(T));
   constexpr std::int64_t kC = 256;
-  V p0 = V{}, p1 = V{};
   for (std::int64_t ib = 0; ib < kC; ib += 2 * L) {
     V a0 = V{}, a1 = V{};
     for (std::int64_t f = 0; f < d; ++f) {
@@ -181,33 +179,25 @@ __attribute__((always_inline)) inline double potential_tile_body(const T* __rest
       a0 += x0 * x0;
       a1 += x1 * x1;
     }
-    V c0, c1, w0, w1;
+    V c0, c1;
     __builtin_memcpy(&c0, closest + ib, sizeof(V));
     __builtin_memcpy(&c1, closest + ib + L, sizeof(V));
-    __builtin_memcpy(&w0, w + ib, sizeof(V));
-    __builtin_memcpy(&w1, w + ib + L, sizeof(V));
     a0 = c0 < a0 ? c0 : a0;
     a1 = c1 < a1 ? c1 : a1;
     __builtin_memcpy(out + ib, &a0, sizeof(V));
     __builtin_memcpy(out + ib + L, &a1, sizeof(V));
-    p0 += w0 * a0;
-    p1 += w1 * a1;
   }
-  double s = 0;
-  for (int l = 0; l < L; ++l) s += static_cast<double>(p0[l]) + static_cast<double>(p1[l]);
-  return s;
 }
 
 template <class T>
-double potential_tile_base(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
-  return potential_tile_body<T, simd::kBaselineBytes>(xt, d, c, closest, w, out);
+void potential_tile_base(const T* xt, std::int64_t d, const T* c, const T* closest, T* out) {
+  potential_tile_body<T, simd::kBaselineBytes>(xt, d, c, closest, out);
 }
 
 #if GPUML_HOST_AVX2_DISPATCH
 template <class T>
-GPUML_HOST_AVX2 double potential_tile_avx2(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w,
-                                           T* out) {
-  return potential_tile_body<T, 32>(xt, d, c, closest, w, out);
+GPUML_HOST_AVX2 void potential_tile_avx2(const T* xt, std::int64_t d, const T* c, const T* closest, T* out) {
+  potential_tile_body<T, 32>(xt, d, c, closest, out);
 }
 
 template <class T>
@@ -223,16 +213,15 @@ GPUML_HOST_AVX2 void argmin_tile_avx2(const T* xt, std::int64_t d, const T* cm2,
 #endif  // GPUML_HOST_VECTORS
 
 /// k-means++ candidate tile: out[i] = min(closest[i], ||x_i - c||^2) for the 256 samples of xt (d x 256,
-/// zero-padded; w zero in the padding); returns sum_i w[i] * out[i].
+/// zero-padded).
 template <class T>
-double potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest, const T* w, T* out) {
+void potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest, T* out) {
 #if GPUML_HOST_VECTORS
 #if GPUML_HOST_AVX2_DISPATCH
-  if (simd::cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, w, out);
+  if (simd::cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, out);
 #endif
-  return potential_tile_base<T>(xt, d, c, closest, w, out);
+  potential_tile_base<T>(xt, d, c, closest, out);
 #else
-  double pot = 0;
   for (std::int64_t i = 0; i < kChunk; ++i) {
     T acc = 0;
     for (std::int64_t f = 0; f < d; ++f) {
@@ -240,9 +229,7 @@ double potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest,
       acc += diff * diff;
     }
     out[i] = std::min(closest[i], acc);
-    pot += static_cast<double>(w[i]) * static_cast<double>(out[i]);
   }
-  return pot;
 #endif
 }
 
@@ -473,19 +460,26 @@ LloydResult<T> lloyd(MatrixView<T> X, VectorView<T> w, const Matrix<T>& init_cen
 
 namespace kmeans_detail {
 
-/// The host engine of plus_plus_loop. Distances are exact (from differences); potentials are summed per lane in T
-/// and per block in double, the blocks in order, so results do not depend on the thread count.
+/// The host engine of plus_plus_loop. Distances are exact (from differences); potentials and block masses are exact
+/// sums of their terms (algorithms::plus_plus_term in `frame`'s fixed point), so results do not depend on the thread
+/// count or the cut of the rows. `block_offset`: this shard's first row's place in its sampling block (MPI ranks).
 template <class T>
 class HostPlusPlus {
  public:
-  HostPlusPlus(MatrixView<T> X, VectorView<T> w, int n_trials)
+  HostPlusPlus(MatrixView<T> X, VectorView<T> w, int n_trials, const algorithms::SumFrame& frame,
+               std::int64_t block_offset = 0)
       : X_(X),
         w_(w),
         n_trials_(n_trials),
         bl_(blocking<T>(X.rows(), 1, X.cols())),
+        blocks_{X.rows(), block_offset},
+        exponent_(frame.plus_plus_exponent<T>(X.cols())),
+        scale_(std::ldexp(1.0, exponent_)),
         closest_(static_cast<std::size_t>(X.rows())),
-        cand_dist_(static_cast<std::size_t>(n_trials) * static_cast<std::size_t>(X.rows())),
-        block_sums_(static_cast<std::size_t>((X.rows() + kPlusPlusBlock - 1) / kPlusPlusBlock)) {}
+        cand_dist_(static_cast<std::size_t>(n_trials) * static_cast<std::size_t>(X.rows())) {
+    sums_.exponent = exponent_;
+    sums_.exact.assign(static_cast<std::size_t>(blocks_.count()), 0);
+  }
 
   void start(const Matrix<T>& center) {
     const std::int64_t d = X_.cols();
@@ -496,36 +490,35 @@ class HostPlusPlus {
   }
 
   /// Per block, samples are transposed into a d x 256 tile so the distance loop runs across samples.
-  std::vector<double> potentials(const Matrix<T>& cand) {
+  std::vector<algorithms::ExactSum> potentials(const Matrix<T>& cand) {
     const std::int64_t n = X_.rows(), d = X_.cols();
-    std::vector<double> part(static_cast<std::size_t>(n_trials_ * bl_.n_blocks));
+    std::vector<std::int64_t> part(static_cast<std::size_t>(n_trials_ * bl_.n_blocks), 0);
     parallel_chunks(n, bl_.block, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
       std::vector<T> xt(static_cast<std::size_t>(d * kChunk));
-      alignas(64) T ct[kChunk], wt[kChunk], out[kChunk];
-      std::vector<double> pot(static_cast<std::size_t>(n_trials_), 0.0);
+      alignas(64) T ct[kChunk], out[kChunk];
+      std::vector<std::int64_t> pot(static_cast<std::size_t>(n_trials_), 0);
       for (std::int64_t cb = b; cb < e; cb += kChunk) {
         const std::int64_t m = std::min(kChunk, e - cb);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t f = 0; f < d; ++f) xt[f * kChunk + i] = X_(cb + i, f);
-        for (std::int64_t i = 0; i < m; ++i) {
-          ct[i] = closest_[cb + i];
-          wt[i] = w_[cb + i];
-        }
+        for (std::int64_t i = 0; i < m; ++i) ct[i] = closest_[cb + i];
         if (m < kChunk) {
           for (std::int64_t f = 0; f < d; ++f) std::fill(xt.data() + f * kChunk + m, xt.data() + (f + 1) * kChunk, T(0));
           std::fill(ct + m, ct + kChunk, T(0));
-          std::fill(wt + m, wt + kChunk, T(0));
         }
         for (int t = 0; t < n_trials_; ++t) {
-          pot[t] += potential_tile<T>(xt.data(), d, cand.data() + t * d, ct, wt, out);
+          potential_tile<T>(xt.data(), d, cand.data() + t * d, ct, out);
+          std::int64_t s = 0;
+          for (std::int64_t i = 0; i < m; ++i) s += algorithms::plus_plus_term<T>(w_[cb + i], out[i], scale_);
+          pot[t] += s;
           std::copy(out, out + m, cand_dist_.begin() + t * n + cb);
         }
       }
       for (int t = 0; t < n_trials_; ++t) part[t * bl_.n_blocks + blk] = pot[t];
     });
-    std::vector<double> total(static_cast<std::size_t>(n_trials_), 0.0);
+    std::vector<algorithms::ExactSum> total(static_cast<std::size_t>(n_trials_), algorithms::ExactSum{0, exponent_});
     for (int t = 0; t < n_trials_; ++t)
-      for (std::int64_t blk = 0; blk < bl_.n_blocks; ++blk) total[t] += part[t * bl_.n_blocks + blk];
+      for (std::int64_t blk = 0; blk < bl_.n_blocks; ++blk) total[t].value += part[t * bl_.n_blocks + blk];
     return total;
   }
 
@@ -536,38 +529,47 @@ class HostPlusPlus {
   }
 
   std::int64_t block_rows() const { return kPlusPlusBlock; }
-  const std::vector<double>& block_sums() const { return block_sums_; }
+  const std::vector<double>& block_sums() const { return sums_.values; }
+  const algorithms::BlockSums& exact_block_sums() const { return sums_; }
   void prefetch(const std::vector<std::int64_t>&) {}
   std::vector<double> block(std::int64_t b) const {
-    const std::int64_t begin = b * kPlusPlusBlock, end = std::min<std::int64_t>(X_.rows(), begin + kPlusPlusBlock);
+    const std::int64_t begin = blocks_.begin(b), end = blocks_.end(b);
     return sampling_masses<T>(w_.data() + begin, closest_.data() + begin, end - begin);
   }
 
  private:
   void sum_blocks() {
-    parallel_chunks(X_.rows(), kPlusPlusBlock, [&](std::int64_t blk, std::int64_t b, std::int64_t e) {
-      double s = 0;
-      for (double v : sampling_masses<T>(w_.data() + b, closest_.data() + b, e - b)) s += v;
-      block_sums_[blk] = s;
+    parallel_chunks(blocks_.count(), 1, [&](std::int64_t blk, std::int64_t, std::int64_t) {
+      std::int64_t s = 0;
+      for (std::int64_t i = blocks_.begin(blk); i < blocks_.end(blk); ++i)
+        s += algorithms::plus_plus_term<T>(w_[i], closest_[i], scale_);
+      sums_.exact[static_cast<std::size_t>(blk)] = s;
     });
+    sums_.round();
   }
 
   MatrixView<T> X_;
   VectorView<T> w_;
   int n_trials_;
   Blocking bl_;
+  algorithms::SamplingBlocks blocks_;
+  int exponent_;
+  double scale_;
   std::vector<T> closest_, cand_dist_;
-  std::vector<double> block_sums_;
+  algorithms::BlockSums sums_;
 };
 
 }  // namespace kmeans_detail
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, on the host (kmeans_detail::plus_plus_loop).
+/// `frame`: the fit's bounds for the exact sums (none: those of exactly these rows).
 template <class T>
 Matrix<T> kmeans_plus_plus(MatrixView<T> X, VectorView<T> w, int k, algorithms::NumpyRandomState& random,
-                           std::vector<std::int64_t>* chosen = nullptr) {
-  kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k));
-  return kmeans_detail::plus_plus_loop<T>(engine, ShiftedView<T>(X), w, k, random, chosen);
+                           std::vector<std::int64_t>* chosen = nullptr,
+                           const std::optional<algorithms::SumFrame>& frame = {}) {
+  const algorithms::SumFrame f = frame ? *frame : algorithms::SumFrame::of<T>(ShiftedView<T>(X), w);
+  kmeans_detail::HostPlusPlus<T> engine(X, w, kmeans_detail::plus_plus_trials(k), f);
+  return kmeans_detail::plus_plus_loop<T>(engine, ShiftedView<T>(X), w, f, k, random, chosen);
 }
 
 }  // namespace gpuml::host

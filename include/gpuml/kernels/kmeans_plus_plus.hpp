@@ -1,15 +1,16 @@
 // The Vulkan engine of greedy k-means++: the candidates' potentials and the kept center's distance update run on
 // the device (shaders/kmeans_plus_plus.comp); scikit-learn's algorithm is algorithms::plus_plus_loop,
 // shared with the host engine. Samples are split in chunks that each fit one binding, as LloydEngine does. Per
-// round the host downloads one mass sum (w * closest) per block of 1024 samples, prefix-sums them in double, and
-// then only the distances of the blocks its draws land in; float32 data of at most
+// round the host downloads one exact mass sum (w * closest, int64 fixed point) per sampling block of 1024 samples,
+// and then only the distances of the blocks its draws land in; float32 data of at most
 // algorithms::kNumpyFloatCumsumSamples samples instead downloads every distance in one copy (prefetch_all), as the
-// replay of numpy's float32 cumulative sum reads every mass. The candidates' potentials come back as one partial per
-// workgroup, added in double in a fixed order.
+// replay of numpy's float32 cumulative sum reads every mass. The candidates' potentials come back as one exact
+// partial per workgroup, added as integers.
 //
-// Against the host engine: the device sums block masses and per-workgroup potentials in T, where the host sums
-// in double. A draw can therefore differ only where its random number falls within that rounding of a boundary of
-// the cumulative sum, and the kept candidate only where two potentials tie within it.
+// Every block sum and potential is the exact sum of its terms (w_i times a distance, rounded in T) in the fixed
+// point of algorithms::SumFrame::plus_plus_exponent, as on the host engine: the same integers for any cut of the rows
+// into chunks, workgroups or MPI ranks. Against the host engine only the distances may differ (the device
+// accumulates them with fma).
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -38,11 +40,19 @@ class PlusPlusEngine {
   static_assert(kBlock == algorithms::kPlusPlusBlock, "the host and device engines sample the same blocks");
 
   /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).
-  /// `resident`: where the fit keeps its samples on the device (see LloydEngine).
+  /// `resident`: where the fit keeps its samples on the device (see LloydEngine). `frame`: the fit's bounds for the
+  /// exact sums (none: those of exactly these rows). `block_offset`: the first row's place in its sampling block
+  /// (an MPI rank's shard; 0 in one process).
   PlusPlusEngine(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int n_trials, std::uint64_t max_chunk_bytes = 0,
-                 ResidentSamples<T>* resident = nullptr)
-      : dev_(device), w_(w), n_(X.rows()), d_(X.cols()), trials_(static_cast<std::uint32_t>(n_trials)) {
+                 ResidentSamples<T>* resident = nullptr, const std::optional<algorithms::SumFrame>& frame = {},
+                 std::int64_t block_offset = 0)
+      : dev_(device), w_(w), n_(X.rows()), d_(X.cols()), trials_(static_cast<std::uint32_t>(n_trials)),
+        blocks_{X.rows(), block_offset} {
     require_scalar_support<T>(device);
+    if (!device.info().int64)
+      throw unsupported(device.info().name + " has no shaderInt64: k-means++ adds its sums exactly in 64-bit integers");
+    exponent_ = (frame ? *frame : algorithms::SumFrame::of<T>(X, w)).template plus_plus_exponent<T>(X.cols());
+    sums_.exponent = exponent_;
     const std::uint64_t s = sizeof(T);
     std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
     if (max_chunk_bytes) max_bytes = std::min(max_bytes, max_chunk_bytes);
@@ -61,17 +71,24 @@ class PlusPlusEngine {
           std::min<std::uint64_t>({kMaxGroups, ceil_div(c.rows, kBlock), device.info().max_workgroup_count[0]}));
       c.partial_base = parts_;
       parts_ += c.groups;
+      // The chunk's sampling blocks: one mass slot each (a block split between two chunks has a slot in both).
+      c.offset = (std::uint64_t(block_offset) + c.first) % kBlock;
+      c.first_block = (std::uint64_t(block_offset) + c.first) / kBlock;
+      c.mass_base = slots_;
+      slots_ += static_cast<std::uint32_t>(ceil_div(c.offset + c.rows, kBlock));
       c.x = std::move(placed.x);
       c.w = std::move(placed.w);
       c.closest = device.buffer(c.rows * s);
       chunks_.push_back(std::move(c));
     }
-    block_sums_.resize(ceil_div(n_, kBlock));
+    sums_.exact.assign(std::size_t(blocks_.count()), 0);
+    sums_.values.assign(std::size_t(blocks_.count()), 0.0);
     cand_ = device.buffer(trials_ * d_ * s);
     cand_staging_ = device.buffer(trials_ * d_ * s, vulkan::MemoryUse::upload);
-    partials_ = device.buffer(std::uint64_t(parts_) * trials_ * s);
-    block_mass_ = device.buffer(block_sums_.size() * s);
-    readback_ = device.buffer(std::max<std::uint64_t>({block_sums_.size(), std::uint64_t(parts_) * trials_, trials_ * kBlock}) * s,
+    partials_ = device.buffer(std::max<std::uint64_t>(1, std::uint64_t(parts_) * trials_) * kExact);
+    block_mass_ = device.buffer(std::max<std::uint64_t>(1, slots_) * kExact);
+    readback_ = device.buffer(std::max<std::uint64_t>({std::uint64_t(slots_) * kExact, std::uint64_t(parts_) * trials_ * kExact,
+                                                       trials_ * kBlock * s, 8}),
                               vulkan::MemoryUse::readback);
     const std::uint32_t d = static_cast<std::uint32_t>(d_);
     namespace shader = plus_plus_interface;
@@ -91,12 +108,12 @@ class PlusPlusEngine {
 
   void start(const Matrix<T>& center) { commit(&center, 0); }
 
-  std::vector<double> potentials(const Matrix<T>& cand) {
+  std::vector<algorithms::ExactSum> potentials(const Matrix<T>& cand) {
     vulkan::Commands& cmds = commands();
     stage_candidates(cmds, cand);
     for (auto& c : chunks_) {
-      const plus_plus_interface::Push push{
-          .rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.partial_base, .candidate = 0, .first = 0};
+      const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.partial_base,
+                                           .candidate = 0, .first = 0, .offset = 0, .exponent = exponent_};
       namespace shader = plus_plus_interface;
       cmds.dispatch(*potentials_,
                     {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingClosest, c.closest},
@@ -104,12 +121,12 @@ class PlusPlusEngine {
                     push, c.groups);
     }
     cmds.barrier();
-    cmds.copy(partials_, 0, readback_, 0, std::uint64_t(parts_) * trials_ * sizeof(T));
+    if (parts_) cmds.copy(partials_, 0, readback_, 0, std::uint64_t(parts_) * trials_ * kExact);
     cmds.submit_and_wait();
-    const T* part = static_cast<const T*>(readback_.mapped());
-    std::vector<double> total(trials_, 0.0);
+    const auto* part = static_cast<const std::int64_t*>(readback_.mapped());
+    std::vector<algorithms::ExactSum> total(trials_, algorithms::ExactSum{0, exponent_});
     for (std::uint32_t g = 0; g < parts_; ++g)
-      for (std::uint32_t t = 0; t < trials_; ++t) total[t] += static_cast<double>(part[std::uint64_t(g) * trials_ + t]);
+      for (std::uint32_t t = 0; t < trials_; ++t) total[t].value += part[std::uint64_t(g) * trials_ + t];
     return total;
   }
 
@@ -117,7 +134,8 @@ class PlusPlusEngine {
 
   // The sampling masses, as algorithms::draw reads them.
   std::int64_t block_rows() const { return static_cast<std::int64_t>(kBlock); }
-  const std::vector<double>& block_sums() const { return block_sums_; }
+  const std::vector<double>& block_sums() const { return sums_.values; }
+  const algorithms::BlockSums& exact_block_sums() const { return sums_; }
 
   /// Downloads the distances of the blocks not yet read this round, in one submission.
   void prefetch(const std::vector<std::int64_t>& blocks) {
@@ -130,14 +148,18 @@ class PlusPlusEngine {
       const std::size_t end = std::min<std::size_t>(todo.size(), begin + trials_);
       vulkan::Commands& cmds = commands();
       for (std::size_t j = begin; j < end; ++j) {
-        const auto [chunk, row, rows] = locate(todo[j]);
-        cmds.copy(chunk->closest, row * s, readback_, (j - begin) * kBlock * s, rows * s);
+        // The block's rows, from every chunk they lie in.
+        const std::uint64_t b0 = std::uint64_t(blocks_.begin(todo[j])), b1 = std::uint64_t(blocks_.end(todo[j]));
+        for (const Chunk& c : chunks_) {
+          const std::uint64_t r0 = std::max(b0, c.first), r1 = std::min(b1, c.first + c.rows);
+          if (r0 < r1) cmds.copy(c.closest, (r0 - c.first) * s, readback_, ((j - begin) * kBlock + r0 - b0) * s, (r1 - r0) * s);
+        }
       }
       cmds.submit_and_wait();
       for (std::size_t j = begin; j < end; ++j) {
-        const std::uint64_t first = std::uint64_t(todo[j]) * kBlock, rows = std::get<2>(locate(todo[j]));
+        const std::int64_t first = blocks_.begin(todo[j]), rows = blocks_.end(todo[j]) - first;
         const T* closest = static_cast<const T*>(readback_.mapped()) + (j - begin) * kBlock;
-        masses_[todo[j]] = algorithms::sampling_masses<T>(w_.data() + first, closest, std::int64_t(rows));
+        masses_[todo[j]] = algorithms::sampling_masses<T>(w_.data() + first, closest, rows);
       }
     }
   }
@@ -151,9 +173,9 @@ class PlusPlusEngine {
     for (const Chunk& c : chunks_) cmds.copy(c.closest, 0, readback_all_, c.first * s, c.rows * s);
     cmds.submit_and_wait();
     const T* closest = static_cast<const T*>(readback_all_.mapped());
-    for (std::uint64_t b = 0; b < block_sums_.size(); ++b) {
-      const std::uint64_t first = b * kBlock, rows = std::min(kBlock, n_ - first);
-      masses_[std::int64_t(b)] = algorithms::sampling_masses<T>(w_.data() + first, closest + first, std::int64_t(rows));
+    for (std::int64_t b = 0; b < blocks_.count(); ++b) {
+      const std::int64_t first = blocks_.begin(b), rows = blocks_.end(b) - first;
+      masses_[b] = algorithms::sampling_masses<T>(w_.data() + first, closest + first, rows);
     }
   }
 
@@ -166,16 +188,13 @@ class PlusPlusEngine {
   struct Chunk {
     std::uint64_t first = 0, rows = 0;
     std::uint32_t groups = 0, partial_base = 0;
+    std::uint64_t offset = 0, first_block = 0;  // the first row's place in its sampling block, and that block
+    std::uint32_t mass_base = 0;                // the mass slot of that block
     std::shared_ptr<const vulkan::Buffer> x, w;  // the samples, shared with the fit's other engines
     vulkan::Buffer closest;
   };
 
-  /// The chunk holding sampling block b, the block's first row inside it, and its row count.
-  std::tuple<const Chunk*, std::uint64_t, std::uint64_t> locate(std::int64_t b) const {
-    const std::uint64_t first = std::uint64_t(b) * kBlock;
-    const Chunk& c = chunks_[first / chunk_rows_];
-    return {&c, first - c.first, std::min(kBlock, c.first + c.rows - first)};
-  }
+  static constexpr std::uint64_t kExact = sizeof(std::int64_t);  // bytes of an exact sum
 
   /// The engine's one command buffer, ready to record: a round makes three short round trips, and a command pool,
   /// fence and descriptor pools of their own for each would cost more than the copies they carry.
@@ -198,9 +217,9 @@ class PlusPlusEngine {
     if (first) stage_candidates(cmds, *first);
     else cmds.barrier();  // after the last round's reads of closest
     for (auto& c : chunks_) {
-      const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups,
-                                           .out_base = std::uint32_t(c.first / kBlock), .candidate = t,
-                                           .first = first ? 1u : 0u};
+      const plus_plus_interface::Push push{.rows = std::uint32_t(c.rows), .groups = c.groups, .out_base = c.mass_base,
+                                           .candidate = t, .first = first ? 1u : 0u,
+                                           .offset = std::uint32_t(c.offset), .exponent = exponent_};
       namespace shader = plus_plus_interface;
       cmds.dispatch(*commit_,
                     {{shader::kBindingX, *c.x}, {shader::kBindingWeights, *c.w}, {shader::kBindingClosest, c.closest},
@@ -208,10 +227,13 @@ class PlusPlusEngine {
                     push, c.groups);
     }
     cmds.barrier();
-    cmds.copy(block_mass_, 0, readback_, 0, block_sums_.size() * sizeof(T));
+    if (slots_) cmds.copy(block_mass_, 0, readback_, 0, std::uint64_t(slots_) * kExact);
     cmds.submit_and_wait();
-    const T* sums = static_cast<const T*>(readback_.mapped());
-    for (std::size_t b = 0; b < block_sums_.size(); ++b) block_sums_[b] = static_cast<double>(sums[b]);
+    const auto* slot = static_cast<const std::int64_t*>(readback_.mapped());
+    std::fill(sums_.exact.begin(), sums_.exact.end(), 0);
+    for (const Chunk& c : chunks_)
+      for (std::uint64_t j = 0; j < ceil_div(c.offset + c.rows, kBlock); ++j) sums_.exact[c.first_block + j] += slot[c.mass_base + j];
+    sums_.round();
     masses_.clear();
   }
 
@@ -219,9 +241,11 @@ class PlusPlusEngine {
   VectorView<T> w_;
   std::uint64_t n_, d_, chunk_rows_ = 0;
   bool streamed_ = false;
-  std::uint32_t trials_, parts_ = 0;
+  std::uint32_t trials_, parts_ = 0, slots_ = 0;
+  algorithms::SamplingBlocks blocks_;
+  int exponent_ = 0;
   std::vector<Chunk> chunks_;
-  std::vector<double> block_sums_;
+  algorithms::BlockSums sums_;
   std::map<std::int64_t, std::vector<double>> masses_;  // per-sample masses of the blocks read this round
   vulkan::Buffer cand_, cand_staging_, partials_, block_mass_, readback_, readback_all_;
   vulkan::KernelRef potentials_, commit_;
@@ -229,12 +253,15 @@ class PlusPlusEngine {
 };
 
 /// Greedy k-means++ (scikit-learn's _kmeans_plusplus) on centred data, with the distance work on `device`.
+/// `frame`: the fit's bounds for the exact sums (none: those of exactly these rows).
 template <class T>
 Matrix<T> kmeans_plus_plus(vulkan::Device& device, ShiftedView<T> X, VectorView<T> w, int k,
                            algorithms::NumpyRandomState& random, std::uint64_t max_chunk_bytes = 0,
-                           ResidentSamples<T>* resident = nullptr, std::vector<std::int64_t>* chosen = nullptr) {
-  PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes, resident);
-  return algorithms::plus_plus_loop<T>(engine, X, w, k, random, chosen);
+                           ResidentSamples<T>* resident = nullptr, std::vector<std::int64_t>* chosen = nullptr,
+                           const std::optional<algorithms::SumFrame>& frame = {}) {
+  const algorithms::SumFrame f = frame ? *frame : algorithms::SumFrame::of<T>(X, w);
+  PlusPlusEngine<T> engine(device, X, w, algorithms::plus_plus_trials(k), max_chunk_bytes, resident, f);
+  return algorithms::plus_plus_loop<T>(engine, X, w, f, k, random, chosen);
 }
 
 }  // namespace gpuml::kernels

@@ -11,9 +11,9 @@
 // Optional: this header needs MPI (<mpi.h>, e.g. Debian's libopenmpi-dev) and is not part of <gpuml/gpuml.hpp>.
 // CMake: link gpuml::mpi (defined when MPI is found).
 //
-// What a distributed fit returns, against the same rows fitted in one process from the same starting centers: the
-// same labels, centers, inertia and n_iter bit for bit on any number of ranks (the sums are exact, as across several
-// devices: algorithms::ShardedLloydEngine).
+// What a distributed fit returns, against the same rows fitted in one process on the same engine: the same labels,
+// centers, inertia and n_iter bit for bit on any number of ranks, k-means++ seeding included (every sum is exact:
+// algorithms::SumFrame, as across several devices: algorithms::ShardedLloydEngine).
 //
 // Faults: every collective step carries a status word. A rank whose input is bad (another feature count, a
 // non-finite value) or whose local work throws reports it at the next collective, and every rank then throws
@@ -239,55 +239,57 @@ class DistributedLloyd {
   std::int64_t first_;
 };
 
-/// The k-means++ sampling blocks of every rank's rows, in rank order: rank r's rows are cut into blocks of
-/// algorithms::kPlusPlusBlock from its first row, so a rank's last block may be short. Global block b belongs to
-/// one rank, which reads its masses and rows for every other rank.
+/// The k-means++ sampling blocks of every rank's rows, in rank order: global block b holds global rows
+/// [b * kPlusPlusBlock, (b + 1) * kPlusPlusBlock), as in one process, so a block may straddle ranks. Rank r's local
+/// block lb (algorithms::SamplingBlocks with offset(r)) is global block first_block(r) + lb.
 class RankBlocks {
  public:
   explicit RankBlocks(const std::vector<std::int64_t>& rows_per_rank) {
-    const auto B = algorithms::kPlusPlusBlock;
-    std::int64_t block = 0, row = 0;
+    std::int64_t row = 0;
     for (const std::int64_t rows : rows_per_rank) {
-      first_block_.push_back(block);
       first_row_.push_back(row);
-      block += (rows + B - 1) / B;
       row += rows;
     }
-    first_block_.push_back(block);
     first_row_.push_back(row);
   }
 
-  std::int64_t blocks() const { return first_block_.back(); }
-  int owner_of_block(std::int64_t b) const {
-    return static_cast<int>(std::upper_bound(first_block_.begin(), first_block_.end(), b) - first_block_.begin()) - 1;
-  }
+  std::int64_t blocks() const { return (total_rows() + algorithms::kPlusPlusBlock - 1) / algorithms::kPlusPlusBlock; }
+  /// The rank holding global row g (of the ranks starting at or before it, the last: empty ranks hold none).
   int owner_of_row(std::int64_t g) const {
     return static_cast<int>(std::upper_bound(first_row_.begin(), first_row_.end(), g) - first_row_.begin()) - 1;
   }
-  /// Block b as (its owner, its index among the owner's blocks).
-  std::pair<int, std::int64_t> local_block(std::int64_t b) const {
-    const int r = owner_of_block(b);
-    return {r, b - first_block_[static_cast<std::size_t>(r)]};
-  }
-  std::int64_t block_begin(std::int64_t b) const {
-    const auto [r, lb] = local_block(b);
-    return first_row_[static_cast<std::size_t>(r)] + lb * algorithms::kPlusPlusBlock;
-  }
-  std::int64_t block_size(std::int64_t b) const {
-    const auto [r, lb] = local_block(b);
-    const std::int64_t rows = first_row_[static_cast<std::size_t>(r) + 1] - first_row_[static_cast<std::size_t>(r)];
-    return std::min(algorithms::kPlusPlusBlock, rows - lb * algorithms::kPlusPlusBlock);
-  }
   std::int64_t first_row(int r) const { return first_row_[static_cast<std::size_t>(r)]; }
+  std::int64_t rows(int r) const { return first_row(r + 1) - first_row(r); }
   std::int64_t total_rows() const { return first_row_.back(); }
+  /// Rank r's first row's place in its block, and that block.
+  std::int64_t offset(int r) const { return first_row(r) % algorithms::kPlusPlusBlock; }
+  std::int64_t first_block(int r) const { return first_row(r) / algorithms::kPlusPlusBlock; }
+
+  /// One rank's rows of a block: the rank, its local block and the row count.
+  struct Part {
+    int rank;
+    std::int64_t local_block, rows;
+  };
+  /// The parts of block b, in rank order (ranks without rows in it left out).
+  std::vector<Part> parts(std::int64_t b) const {
+    const std::int64_t begin = b * algorithms::kPlusPlusBlock,
+                       end = std::min(total_rows(), begin + algorithms::kPlusPlusBlock);
+    std::vector<Part> out;
+    for (int r = owner_of_row(begin); r + 1 < static_cast<int>(first_row_.size()) && first_row(r) < end; ++r) {
+      const std::int64_t rows_in = std::min(end, first_row(r + 1)) - std::max(begin, first_row(r));
+      if (rows_in > 0) out.push_back({r, b - first_block(r), rows_in});
+    }
+    return out;
+  }
 
  private:
-  std::vector<std::int64_t> first_block_, first_row_;
+  std::vector<std::int64_t> first_row_;
 };
 
-/// A rank's sampling masses (blocks of its own rows: algorithms::WeightMasses or a k-means++ engine) seen as the
-/// masses of all ranks' rows, as algorithms::Cumsum reads them. Every call is collective: every rank draws the same
-/// numbers from the same sums, so every rank asks for the same blocks in the same order.
+/// A rank's sampling masses (its local blocks: algorithms::WeightMasses or a k-means++ engine) seen as the masses of
+/// all ranks' rows in global blocks, as algorithms::Cumsum reads them. Block sums are exact integers, added across
+/// ranks (a block straddling ranks adds each rank's part), then rounded once. Every call is collective: every rank
+/// draws the same numbers from the same sums, so every rank asks for the same blocks in the same order.
 template <class Local>
 class SpreadMasses {
  public:
@@ -295,16 +297,25 @@ class SpreadMasses {
       : comm_(comm), blocks_(blocks), local_(local) {
     refresh();
   }
-  /// Gathers the ranks' block sums again (after the local masses changed).
+  /// Adds the ranks' block sums again (after the local masses changed).
   void refresh() {
-    std::vector<double> mine;
-    comm_.guarded([&] { mine = local_.block_sums(); });
-    sums_ = comm_.concatenate(mine);  // every rank's block sums, in rank order
+    std::vector<std::int64_t> all(static_cast<std::size_t>(blocks_.blocks()), 0);
+    int exponent = 0;
+    comm_.guarded([&] {
+      const algorithms::BlockSums& mine = local_.exact_block_sums();
+      exponent = mine.exponent;  // the same on every rank: from the fit's frame
+      const std::int64_t first = blocks_.first_block(comm_.rank());
+      for (std::size_t lb = 0; lb < mine.exact.size(); ++lb) all[static_cast<std::size_t>(first) + lb] += mine.exact[lb];
+    });
+    MPI_Allreduce(MPI_IN_PLACE, all.data(), static_cast<int>(all.size()), MPI_INT64_T, MPI_SUM, comm_.get());
+    sums_.exact = std::move(all);
+    sums_.exponent = exponent;
+    sums_.round();
   }
 
   std::int64_t block_rows() const { return algorithms::kPlusPlusBlock; }
-  std::int64_t block_begin(std::int64_t b) const { return blocks_.block_begin(b); }
-  const std::vector<double>& block_sums() const { return sums_; }
+  const std::vector<double>& block_sums() const { return sums_.values; }
+  const algorithms::BlockSums& exact_block_sums() const { return sums_; }
   void prefetch_all() {
     comm_.guarded([&] {
       if constexpr (requires { local_.prefetch_all(); }) local_.prefetch_all();
@@ -313,19 +324,23 @@ class SpreadMasses {
   void prefetch(const std::vector<std::int64_t>& ids) {
     std::vector<std::int64_t> mine;
     for (std::int64_t b : ids)
-      if (const auto [r, lb] = blocks_.local_block(b); r == comm_.rank()) mine.push_back(lb);
+      for (const RankBlocks::Part& part : blocks_.parts(b))
+        if (part.rank == comm_.rank()) mine.push_back(part.local_block);
     comm_.guarded([&] {
       if (!mine.empty()) local_.prefetch(mine);
     });
   }
-  /// Block b's masses, read by its owner and broadcast.
+  /// Block b's masses: each rank's part read by that rank and broadcast, in rank order.
   std::vector<double> block(std::int64_t b) {
-    const auto [owner, lb] = blocks_.local_block(b);
-    std::vector<double> mass(static_cast<std::size_t>(blocks_.block_size(b)));
-    comm_.guarded([&] {
-      if (owner == comm_.rank()) mass = local_.block(lb);
-    });
-    MPI_Bcast(mass.data(), static_cast<int>(mass.size()), MPI_DOUBLE, owner, comm_.get());
+    std::vector<double> mass;
+    for (const RankBlocks::Part& part : blocks_.parts(b)) {
+      std::vector<double> piece(static_cast<std::size_t>(part.rows));
+      comm_.guarded([&] {
+        if (part.rank == comm_.rank()) piece = local_.block(part.local_block);
+      });
+      MPI_Bcast(piece.data(), static_cast<int>(piece.size()), MPI_DOUBLE, part.rank, comm_.get());
+      mass.insert(mass.end(), piece.begin(), piece.end());
+    }
     return mass;
   }
 
@@ -333,11 +348,11 @@ class SpreadMasses {
   const Communicator& comm_;
   const RankBlocks& blocks_;
   Local& local_;
-  std::vector<double> sums_;
+  algorithms::BlockSums sums_;
 };
 
-/// A rank's k-means++ engine (host or device, on its own rows) as one engine over all ranks: potentials are added
-/// across ranks, masses are spread (SpreadMasses).
+/// A rank's k-means++ engine (host or device, on its own rows) as one engine over all ranks: the potentials' exact
+/// integers are added across ranks, masses are spread (SpreadMasses).
 template <class Local, class T>
 class DistributedPlusPlus : public SpreadMasses<Local> {
  public:
@@ -348,10 +363,13 @@ class DistributedPlusPlus : public SpreadMasses<Local> {
     comm_.guarded([&] { local_.start(c); });
     this->refresh();
   }
-  std::vector<double> potentials(const Matrix<T>& cand) {
-    std::vector<double> pot(static_cast<std::size_t>(cand.rows()), 0.0);
+  std::vector<algorithms::ExactSum> potentials(const Matrix<T>& cand) {
+    std::vector<algorithms::ExactSum> pot(static_cast<std::size_t>(cand.rows()));
     comm_.guarded([&] { pot = local_.potentials(cand); });
-    comm_.sum(pot);
+    std::vector<std::int64_t> values;
+    for (const algorithms::ExactSum& p : pot) values.push_back(p.value);
+    MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_SUM, comm_.get());
+    for (std::size_t t = 0; t < pot.size(); ++t) pot[t].value = values[t];
     return pot;
   }
   void keep(int t) {
@@ -446,32 +464,40 @@ class RankRows {
                   comm_.get());
     return sums.to_double();
   }
-  /// Also keeps the weights' sum over all ranks: k-means++'s first draw normalises by it (WeightMasses).
+  /// The sum only decides whether any weight is positive (any grouping does); k-means++'s first draw normalises by
+  /// an exact sum of its own (starting_centers).
   algorithms::WeightSummary weight_summary(VectorView<T> w) {
     algorithms::WeightSummary local;
     comm_.guarded([&] { local = algorithms::check_sample_weight(w); });
     std::vector<double> v{local.sum, static_cast<double>(local.positive)};
     comm_.sum(v);
-    weight_sum_ = v[0];
     double largest = local.largest;
     MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_DOUBLE, MPI_MAX, comm_.get());
     return {v[0], static_cast<Eigen::Index>(v[1]), largest};
   }
 
-  /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows; draws read the
-  /// block masses of every rank; the candidates' rows come from their owners. `chosen` gets global indices.
+  /// Greedy k-means++ across ranks (algorithms::plus_plus_loop): each rank's engine works on its rows in the global
+  /// sampling blocks (RankBlocks); draws read the block masses of every rank; the candidates' rows come from their
+  /// owners. Every sum is exact in `frame`'s fixed point (the fit's, the same on every rank), so the draws are one
+  /// process's bit for bit. `chosen` gets global indices.
   Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
-                             algorithms::NumpyRandomState& random, std::vector<std::int64_t>* chosen = nullptr) {
+                             algorithms::NumpyRandomState& random, const algorithms::SumFrame& frame,
+                             std::vector<std::int64_t>* chosen = nullptr) {
     const MatrixView<T> X = centred(Xc);
     const int k = p.n_clusters, trials = algorithms::plus_plus_trials(k);
+    const std::int64_t offset = blocks_.offset(comm_.rank());
     std::optional<kernels::PlusPlusEngine<T>> on_device;
     std::optional<host::kmeans_detail::HostPlusPlus<T>> on_host;
+    algorithms::ExactSum weight_total;
     comm_.guarded([&] {
       run_on<T>(
-          backend_, "distributed k-means++ seeding", [&] { on_device.emplace(*backend_.device(), X, w, trials); },
-          [&] { on_host.emplace(X, w, trials); });
+          backend_, "distributed k-means++ seeding",
+          [&] { on_device.emplace(*backend_.device(), X, w, trials, 0, nullptr, frame, offset); },
+          [&] { on_host.emplace(X, w, trials, frame, offset); });
+      weight_total = algorithms::exact_weight_sum(w, frame.weight_exponent<T>());
     });
-    algorithms::WeightMasses<T> local_weights(w, weight_sum_);
+    weight_total.value = comm_.sum(weight_total.value);
+    algorithms::WeightMasses<T> local_weights(w, weight_total, frame.probability_exponent<T>(), offset);
     SpreadMasses<algorithms::WeightMasses<T>> weights(comm_, blocks_, local_weights);
     auto rows = [&](const std::vector<std::int64_t>& ids) { return gather_rows<T>(comm_, blocks_, X, ids); };
     auto run = [&](auto& engine) {
@@ -532,7 +558,6 @@ class RankRows {
   std::vector<std::int64_t> rows_per_rank_;
   RankBlocks blocks_;
   std::int64_t first_ = 0, n_ = 0;
-  double weight_sum_ = 0;
   Matrix<T> centred_;
 };
 
