@@ -144,7 +144,7 @@ TEST(DistributedKMeansFaults, MismatchedShardsEndEveryRank) {
   }
 }
 
-// Bad values on one rank (NaN): every rank throws, naming that rank.
+// Bad values on one rank (NaN): every rank throws gpuml::invalid_input (that rank's kind), naming that rank.
 TEST(DistributedKMeansFaults, BadValuesOnOneRankEndEveryRank) {
   Matrix<double> X = random_matrix<double>(40, 3, 22);
   if (rank() == ranks() - 1) X(7, 1) = std::nan("");
@@ -155,7 +155,7 @@ TEST(DistributedKMeansFaults, BadValuesOnOneRankEndEveryRank) {
   try {
     km.fit(X);
     ADD_FAILURE() << "no error";
-  } catch (const gpuml::error& e) {
+  } catch (const gpuml::invalid_input& e) {
     EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(ranks() - 1)), std::string::npos) << e.what();
   }
   EXPECT_FALSE(km.communicator().size() < 1);

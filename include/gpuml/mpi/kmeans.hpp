@@ -17,7 +17,8 @@
 //
 // Faults: every collective step carries a status word. A rank whose input is bad (another feature count, a
 // non-finite value) or whose local work throws reports it at the next collective, and every rank then throws
-// gpuml::error naming that rank and its message: the job ends on every rank, it does not hang.
+// gpuml::error naming that rank and its message, of that rank's kind (gpuml::invalid_input for bad input,
+// gpuml::unsupported, gpuml::out_of_memory, gpuml::cancelled): the job ends on every rank, it does not hang.
 #pragma once
 
 #include <gpuml/gpuml.hpp>
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -60,36 +62,64 @@ class Communicator {
   int size() const noexcept { return size_; }
   MPI_Comm get() const noexcept { return comm_; }
 
-  /// Collective: every rank passes its own problem ("" when it has none); if any rank has one, every rank throws
-  /// gpuml::error naming the first failing rank and its message.
-  void check(const std::string& problem) const {
+  /// What kind of failure a rank reports, so that every rank throws the exception type the failing rank threw
+  /// (bad input stays gpuml::invalid_input on every rank, a ValueError in Python).
+  enum class Failure : char { error = 1, invalid_input, unsupported, out_of_memory, cancelled };
+
+  /// The kind of failure an exception is.
+  static Failure failure_of(const std::exception& e) noexcept {
+    if (dynamic_cast<const invalid_input*>(&e)) return Failure::invalid_input;
+    if (dynamic_cast<const unsupported*>(&e)) return Failure::unsupported;
+    if (dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const std::bad_alloc*>(&e)) return Failure::out_of_memory;
+    if (dynamic_cast<const cancelled*>(&e)) return Failure::cancelled;
+    return Failure::error;
+  }
+
+  /// Collective: every rank passes its own problem ("" when it has none) and its kind; if any rank has one, every
+  /// rank throws, as the exception of the first failing rank's kind (gpuml::error by default), a message naming that
+  /// rank and its problem.
+  void check(const std::string& problem, Failure kind = Failure::error) const {
     int mine = problem.empty() ? 0 : 1, any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm_);
     if (!any) return;
-    constexpr int kText = 512;
+    constexpr int kText = 512;  // the kind, then the message
     std::array<char, kText> text{};
-    std::strncpy(text.data(), problem.c_str(), kText - 1);
+    if (!problem.empty()) {
+      text[0] = static_cast<char>(kind);
+      std::strncpy(text.data() + 1, problem.c_str(), kText - 2);
+    }
     std::vector<char> all(static_cast<std::size_t>(kText) * static_cast<std::size_t>(size_));
     MPI_Allgather(text.data(), kText, MPI_CHAR, all.data(), kText, MPI_CHAR, comm_);
     for (int r = 0; r < size_; ++r) {
       const char* m = all.data() + static_cast<std::size_t>(r) * kText;
-      if (m[0] != '\0') throw error("rank " + std::to_string(r) + " of " + std::to_string(size_) + ": " + std::string(m));
+      if (m[0] == '\0') continue;
+      const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(size_) + ": " + std::string(m + 1);
+      switch (static_cast<Failure>(m[0])) {
+        case Failure::invalid_input: throw invalid_input(what);
+        case Failure::unsupported: throw unsupported(what);
+        case Failure::out_of_memory: throw out_of_memory(what);
+        case Failure::cancelled: throw cancelled(what);
+        default: throw error(what);
+      }
     }
   }
 
-  /// Collective: runs `work` on this rank, then check()s, so a failure on any rank ends the step on every rank.
+  /// Collective: runs `work` on this rank, then check()s, so a failure on any rank ends the step on every rank,
+  /// with the failing rank's kind of exception.
   template <class Work>
   void guarded(Work&& work) const {
     std::string problem;
+    Failure kind = Failure::error;
     try {
       work();
     } catch (const std::exception& e) {
       problem = e.what();
+      kind = failure_of(e);
       if (problem.empty()) problem = "an exception without a message";
     } catch (...) {
       problem = "an unknown exception";
     }
-    check(problem);
+    check(problem, kind);
   }
 
   void sum(std::vector<double>& values) const {
@@ -585,6 +615,14 @@ class KMeans {
   }
 
   KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight) {
+    algorithms::NumpyRandomState random(params_.random_state);
+    return fit(X, sample_weight, random);
+  }
+
+  /// The same, drawing k-means++'s starting centers from numpy's stream in the given state (which every rank must
+  /// pass the same; the Python binding passes a RandomState's) instead of from params.random_state, and leaving it
+  /// advanced as one process's fit leaves it.
+  KMeans& fit(MatrixView<T> X, VectorView<T> sample_weight, algorithms::NumpyRandomState& random) {
     KMeansParams p = params_;
     const std::int64_t n_local = X.rows(), d_local = X.cols();
     // Shapes first, on every rank, so that a bad shard ends every rank before any work.
@@ -598,7 +636,7 @@ class KMeans {
       if (scalar_bytes[static_cast<std::size_t>(r)] != scalar_bytes[0] && problem.empty())
         problem = "shards disagree on the scalar type (float32 against float64)";
     }
-    comm_.check(comm_.rank() == 0 ? problem : std::string());
+    comm_.check(comm_.rank() == 0 ? problem : std::string(), Communicator::Failure::invalid_input);
     comm_.guarded([&] {
       if (!p.init_centers && p.init != "k-means++")
         throw unsupported("distributed KMeans seeds with k-means++ or takes initial centers (init_centers); "
@@ -622,10 +660,11 @@ class KMeans {
     }
 
     // Warnings and verbose lines from rank 0 only (every rank computes them: the inertia a verbose line prints is a
-    // collective); the handler must outlive the scope: a named object.
-    const WarningHandler rank_zero_only =
-        comm_.rank() == 0 ? WarningHandler{} : WarningHandler([](const std::string&) {});
-    ScopedThreadMessages quiet_ranks(rank_zero_only, rank_zero_only);
+    // collective): rank 0 keeps this thread's handlers (a caller's, as the Python binding's), the others are silenced.
+    // The handler must outlive the scope: a named object.
+    const WarningHandler silent([](const std::string&) {});
+    std::optional<ScopedThreadMessages> quiet_ranks;
+    if (comm_.rank() != 0) quiet_ranks.emplace(silent, silent);
     // A cancellation on any rank (on_iteration or keep_going false) stops every rank at the same iteration with
     // gpuml::cancelled. keep_going is asked once per iteration, beside on_iteration, not between parts of an E-step:
     // one rank's parts are not another's, so a poll there could not be answered together. Whether any rank set a
@@ -646,7 +685,6 @@ class KMeans {
     p.keep_going = {};
 
     detail::RankRows<T> rows(comm_, backend_, n_local);
-    algorithms::NumpyRandomState random(p.random_state);
     KMeansFit<T> fit = fit_kmeans_on<T>(rows, X, &sample_weight, p, random);
     centers_ = std::move(fit.cluster_centers);
     labels_ = std::move(fit.labels);
