@@ -1,8 +1,8 @@
-// What gpuml._gpuml's sources share (module.cpp, neighbors.cpp). Arrays come in as C-contiguous float32/float64
-// numpy arrays without copies and go out as numpy arrays that own their memory. Every call releases the GIL; verbose
-// lines go to Python's sys.stdout as they happen; warnings are returned to the caller, which raises them as
-// Python warnings of the right category; Ctrl-C stops a fit at the end of the current Lloyd iteration and a k-NN
-// search at the end of the current part.
+// What gpuml's extension sources share (_gpuml: module.cpp, neighbors.cpp, dbscan.cpp; _gpuml_mpi: mpi.cpp). Arrays
+// come in as C-contiguous float32/float64 numpy arrays without copies and go out as numpy arrays that own their memory.
+// Every call releases the GIL; verbose lines go to Python's sys.stdout as they happen; warnings are returned to the
+// caller, which raises them as Python warnings of the right category; Ctrl-C stops a fit at the end of the current
+// Lloyd iteration and a k-NN search at the end of the current part.
 #pragma once
 
 #include <gpuml/gpuml.hpp>
@@ -81,6 +81,40 @@ inline bool no_pending_signal() {
 }
 inline bool no_pending_signal_iteration(const gpuml::LloydIteration&) { return no_pending_signal(); }
 inline bool no_pending_signal_progress(const gpuml::WorkProgress&) { return no_pending_signal(); }
+
+/// A numpy RandomState's key words (get_state()[1]), as the k-means fits take them.
+using Key = nb::ndarray<const std::uint32_t, nb::shape<gpuml::algorithms::NumpyRandomState::kStateWords>, nb::c_contig,
+                        nb::device::cpu>;
+
+/// numpy's RandomState in the state get_state() gave (its key words and position).
+inline gpuml::algorithms::NumpyRandomState random_state_of(const Key& key, int pos) {
+  gpuml::algorithms::NumpyRandomState::Key words;
+  std::copy_n(key.data(), words.size(), words.begin());
+  return gpuml::algorithms::NumpyRandomState(words, pos);
+}
+
+/// The key words of a stream, as a numpy uint32 array for RandomState.set_state.
+inline auto key_of(const gpuml::algorithms::NumpyRandomState& random) {
+  using Words = Eigen::Matrix<std::uint32_t, Eigen::Dynamic, 1>;
+  return to_numpy(Words(Eigen::Map<const Words>(random.key().data(), Eigen::Index(random.key().size()))));
+}
+
+/// KMeans parameters as scikit-learn validated them; an array init arrives in X's dtype, already checked for shape.
+template <class T>
+gpuml::KMeansParams kmeans_params(int n_clusters, const std::string& init, const std::optional<In2<T>>& init_centers,
+                                  int n_init, int max_iter, double tol, bool verbose) {
+  gpuml::KMeansParams p;
+  p.n_clusters = n_clusters;
+  p.init = init_centers ? std::string("k-means++") : init;
+  if (init_centers) p.init_centers = view(*init_centers).template cast<double>();
+  p.n_init = n_init;
+  p.max_iter = max_iter;
+  p.tol = tol;
+  p.verbose = verbose;
+  p.on_iteration = no_pending_signal_iteration;
+  p.keep_going = no_pending_signal;
+  return p;
+}
 
 /// The backend of an estimator's device choice, one per choice for the life of the process: a Vulkan device (and
 /// its pipelines) opened by one call serves the next, as a C++ program's backend serves all its calls, instead of

@@ -11,39 +11,6 @@ using namespace gpuml_python;
 
 namespace {
 
-using Key = nb::ndarray<const std::uint32_t, nb::shape<gpuml::algorithms::NumpyRandomState::kStateWords>, nb::c_contig,
-                        nb::device::cpu>;
-
-/// numpy's RandomState in the state get_state() gave (its key words and position).
-gpuml::algorithms::NumpyRandomState random_state_of(const Key& key, int pos) {
-  gpuml::algorithms::NumpyRandomState::Key words;
-  std::copy_n(key.data(), words.size(), words.begin());
-  return gpuml::algorithms::NumpyRandomState(words, pos);
-}
-
-/// The key words of a stream, as a numpy uint32 array for RandomState.set_state.
-auto key_of(const gpuml::algorithms::NumpyRandomState& random) {
-  using Words = Eigen::Matrix<std::uint32_t, Eigen::Dynamic, 1>;
-  return to_numpy(Words(Eigen::Map<const Words>(random.key().data(), Eigen::Index(random.key().size()))));
-}
-
-/// KMeans parameters as scikit-learn validated them; an array init arrives in X's dtype, already checked for shape.
-template <class T>
-gpuml::KMeansParams kmeans_params(int n_clusters, const std::string& init, const std::optional<In2<T>>& init_centers,
-                                  int n_init, int max_iter, double tol, bool verbose) {
-  gpuml::KMeansParams p;
-  p.n_clusters = n_clusters;
-  p.init = init_centers ? std::string("k-means++") : init;
-  if (init_centers) p.init_centers = view(*init_centers).template cast<double>();
-  p.n_init = n_init;
-  p.max_iter = max_iter;
-  p.tol = tol;
-  p.verbose = verbose;
-  p.on_iteration = no_pending_signal_iteration;
-  p.keep_going = no_pending_signal;
-  return p;
-}
-
 /// gpuml::fit_kmeans, the library's one k-means fit, on X as it is (no copy, no centred copy), drawing the starting
 /// centers from numpy's stream in the given state: (labels, inertia, centers, n_iter, statistics, key, pos,
 /// warnings), key and pos the stream's state after the fit.
