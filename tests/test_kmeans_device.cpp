@@ -870,6 +870,60 @@ TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFitBitForBi
   }
 }
 
+// k-means++ on a list of devices: each device seeds over its shard of the rows (shard boundaries inside sampling
+// blocks), the blocks' and potentials' exact sums added across shards; the seeds and so the fit are one device's.
+TYPED_TEST(KMeansDeviceTest, PlusPlusSeedingOnSeveralDevicesIsOneDevicesBitForBit) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const std::string index = std::to_string(dev.backend.device()->info().index);
+    const Matrix<T> X = random_matrix<T>(9001, 5, 4260, -6.0, 2.0);
+    const Eigen::VectorX<T> w = random_matrix<T>(X.rows(), 1, 4261, 0.1, 4.0).col(0);
+    KMeansParams p;
+    p.n_clusters = 23;
+    p.n_init = 2;
+    p.random_state = gpuml::testing::test_seed() % 100000;
+    p.max_iter = 15;
+    KMeans<T> one(p, dev.backend);
+    one.fit(X, w);
+    for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
+      KMeans<T> many(p, gpuml::select_backend(list));
+      many.fit(X, w);
+      const std::string where = list + " random_state " + std::to_string(p.random_state);
+      EXPECT_TRUE((many.cluster_centers().array() == one.cluster_centers().array()).all()) << where;
+      EXPECT_TRUE(many.labels() == one.labels()) << where;
+      EXPECT_EQ(many.inertia(), one.inertia()) << where;
+      EXPECT_EQ(many.n_iter(), one.n_iter()) << where;
+    }
+  }
+}
+
+// predict, transform and score on a list of devices: each device takes its shard of the rows (the score's exact
+// sums added in one fixed point), and the answers are one device's bit for bit; fewer rows than devices too.
+TYPED_TEST(KMeansDeviceTest, PredictTransformAndScoreOnSeveralDevicesAreOneDevicesBitForBit) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    const std::string index = std::to_string(dev.backend.device()->info().index);
+    const Matrix<T> X = random_matrix<T>(10007, 6, 4250, -4.0, 9.0);
+    const Eigen::VectorX<T> w = random_matrix<T>(X.rows(), 1, 4251, 0.25, 3.0).col(0);
+    const Matrix<T> C = random_matrix<T>(29, 6, 4252, -4.0, 9.0);
+    KMeans<T> one({}, dev.backend);
+    one.set_cluster_centers(C);
+    const gpuml::Labels labels = one.predict(X);
+    const Matrix<T> distances = one.transform(X);
+    const double score = one.score(X, w);
+    for (const std::string& list : {index + "," + index, index + "," + index + "," + index}) {
+      KMeans<T> many({}, gpuml::select_backend(list));
+      many.set_cluster_centers(C);
+      EXPECT_TRUE(many.predict(X) == labels) << list;
+      EXPECT_TRUE((many.transform(X).array() == distances.array()).all()) << list;
+      EXPECT_EQ(many.score(X, w), score) << list;
+      const Matrix<T> two_rows = X.topRows(2);
+      EXPECT_TRUE(many.predict(two_rows) == labels.head(2)) << list << ", 2 rows";
+      EXPECT_EQ(many.score(two_rows, w.head(2)), one.score(two_rows, w.head(2))) << list << ", 2 rows";
+    }
+  }
+}
+
 TEST(KMeansDevice, DeviceListsAreCheckedBeforeUse) {
   EXPECT_THROW(gpuml::select_backend("host,0"), gpuml::invalid_input);
   EXPECT_THROW(gpuml::select_backend("0,,0"), gpuml::invalid_input);

@@ -1063,6 +1063,91 @@ Matrix<T> plus_plus_loop(Engine& engine, FirstMasses& first_masses, Rows&& rows,
   return centers;
 }
 
+/// Several k-means++ engines, each over its own contiguous range of rows (on its own device, built with the fit's
+/// frame and its first row's place in its sampling block), as one engine: each global block's exact sum adds the
+/// integers of the shards holding part of it, the potentials add the shards' exact sums, and a block's masses are
+/// its parts in row order. So the draws, and the seeds, are one engine's over all rows, bit for bit.
+template <class Engine, class T>
+class ShardedPlusPlusEngine {
+ public:
+  /// `shards`: the engines, in row order, none empty; `first_rows[s]`: the first row of shard s; n: all rows.
+  ShardedPlusPlusEngine(std::vector<std::unique_ptr<Engine>> shards, std::vector<std::int64_t> first_rows, std::int64_t n)
+      : shards_(std::move(shards)), first_(std::move(first_rows)), blocks_((n + kPlusPlusBlock - 1) / kPlusPlusBlock) {}
+
+  void start(const Matrix<T>& c) {
+    each([&](std::size_t s) { shards_[s]->start(c); });
+    refresh();
+  }
+  std::vector<ExactSum> potentials(const Matrix<T>& cand) {
+    std::vector<std::vector<ExactSum>> parts(shards_.size());
+    each([&](std::size_t s) { parts[s] = shards_[s]->potentials(cand); });
+    std::vector<ExactSum> total = parts[0];
+    for (std::size_t s = 1; s < parts.size(); ++s)
+      for (std::size_t t = 0; t < total.size(); ++t) total[t].value += parts[s][t].value;
+    return total;
+  }
+  void keep(int t) {
+    each([&](std::size_t s) { shards_[s]->keep(t); });
+    refresh();
+  }
+
+  std::int64_t block_rows() const { return kPlusPlusBlock; }
+  const std::vector<double>& block_sums() const { return sums_.values; }
+  const BlockSums& exact_block_sums() const { return sums_; }
+  void prefetch(const std::vector<std::int64_t>& ids) {
+    std::vector<std::vector<std::int64_t>> local(shards_.size());
+    for (const std::int64_t b : ids)
+      for (std::size_t s = 0; s < shards_.size(); ++s)
+        if (holds(s, b)) local[s].push_back(b - first_block(s));
+    each([&](std::size_t s) {
+      if (!local[s].empty()) shards_[s]->prefetch(local[s]);
+    });
+  }
+  void prefetch_all() {
+    each([&](std::size_t s) {
+      if constexpr (requires { shards_[s]->prefetch_all(); }) shards_[s]->prefetch_all();
+    });
+  }
+  /// Block b's masses: the parts of the shards holding it, in row order.
+  std::vector<double> block(std::int64_t b) {
+    std::vector<double> mass;
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+      if (holds(s, b)) {
+        const std::vector<double> part = shards_[s]->block(b - first_block(s));
+        mass.insert(mass.end(), part.begin(), part.end());
+      }
+    return mass;
+  }
+
+ private:
+  std::int64_t first_block(std::size_t s) const { return first_[s] / kPlusPlusBlock; }
+  /// Whether shard s holds rows of global block b.
+  bool holds(std::size_t s, std::int64_t b) const {
+    const std::int64_t end = s + 1 < first_.size() ? first_[s + 1] : blocks_ * kPlusPlusBlock;
+    return b >= first_block(s) && b * kPlusPlusBlock < end;
+  }
+  /// The global blocks' exact sums from the shards' (after their masses changed).
+  void refresh() {
+    sums_.exact.assign(static_cast<std::size_t>(blocks_), 0);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const BlockSums& mine = shards_[s]->exact_block_sums();
+      sums_.exponent = mine.exponent;  // the same in every shard: from the fit's frame
+      for (std::size_t lb = 0; lb < mine.exact.size(); ++lb)
+        sums_.exact[static_cast<std::size_t>(first_block(s)) + lb] += mine.exact[lb];
+    }
+    sums_.round();
+  }
+  template <class Work>
+  void each(Work&& work) {
+    concurrently(shards_.size(), std::forward<Work>(work));
+  }
+
+  std::vector<std::unique_ptr<Engine>> shards_;
+  std::vector<std::int64_t> first_;
+  std::int64_t blocks_;
+  BlockSums sums_;
+};
+
 /// plus_plus_loop over X and w alone (one process), `frame` the fit's bounds (the engine's).
 template <class T, class Engine>
   requires PlusPlusEngine<Engine, T>

@@ -47,11 +47,18 @@ decltype(auto) with_centred_copy(const ShiftedView<T>& X, Fn&& fn) {
 
 // `tile`, where an engine takes one: the policy's fixed tile (Policy::fixed_tile), none for the resolver's.
 
+/// The devices of a backend of several (each runs its shard of the rows).
+inline std::vector<vulkan::Device*> devices_of(const Backend& backend) {
+  std::vector<vulkan::Device*> devices;
+  for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
+  return devices;
+}
+
 template <class T>
 host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
                                const KeepGoing& keep_going = {}, KMeansEStep e_step = KMeansEStep::automatic,
-                               kernels::ResidentSamples<T>* resident = nullptr,
+                               std::vector<kernels::ResidentSamples<T>>* resident = nullptr,
                                const std::optional<KMeansTileParams>& tile = {},
                                const std::optional<algorithms::SumFrame>& frame = {}) {
   // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
@@ -61,11 +68,9 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
       [&] {
         if (backend.device_count() == 1)
           return kernels::lloyd<T>(*backend.device(), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
-                                   keep_going, e_step, resident, tile, frame);
-        std::vector<vulkan::Device*> devices;
-        for (std::size_t i = 0; i < backend.device_count(); ++i) devices.push_back(backend.device(i));
-        return kernels::lloyd_sharded<T>(devices, X, w, init, max_iter, tol_absolute, verbose, on_iteration, keep_going,
-                                         e_step, tile, frame);
+                                   keep_going, e_step, resident ? &resident->front() : nullptr, tile, frame);
+        return kernels::lloyd_sharded<T>(devices_of(backend), X, w, init, max_iter, tol_absolute, verbose, on_iteration,
+                                         keep_going, e_step, tile, frame, resident);
       },
       [&] {
         return with_centred_copy(X, [&](MatrixView<T> Xc) {
@@ -77,14 +82,20 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
 /// `frame`: the fit's bounds for the seeding's exact sums (none: those of exactly these rows).
 template <class T>
 Matrix<T> run_kmeans_plus_plus(const Backend& backend, ShiftedView<T> X, VectorView<T> w, int k,
-                               algorithms::NumpyRandomState& random, kernels::ResidentSamples<T>* resident = nullptr,
+                               algorithms::NumpyRandomState& random,
+                               std::vector<kernels::ResidentSamples<T>>* resident = nullptr,
                                std::vector<std::int64_t>* chosen = nullptr,
                                const std::optional<algorithms::SumFrame>& frame = {}) {
   const algorithms::NumpyRandomState before = random;  // a fallback draws the same sequence the device would have
   const algorithms::SumFrame f = frame ? *frame : algorithms::SumFrame::of<T>(X, w);
   return run_on<T>(
       backend, "k-means++ seeding",
-      [&] { return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, random, 0, resident, chosen, f); },
+      [&] {
+        if (backend.device_count() == 1)
+          return kernels::kmeans_plus_plus<T>(*backend.device(), X, w, k, random, 0,
+                                              resident ? &resident->front() : nullptr, chosen, f);
+        return kernels::kmeans_plus_plus_sharded<T>(devices_of(backend), X, w, k, random, chosen, f, resident);
+      },
       [&] {
         random = before;
         return with_centred_copy(X, [&](MatrixView<T> Xc) { return host::kmeans_plus_plus<T>(Xc, w, k, random, chosen, f); });
@@ -95,14 +106,22 @@ template <class T>
 Labels run_assign(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers,
                   const std::optional<KMeansTileParams>& tile = {}) {
   return run_on<T>(
-      backend, "KMeans.predict", [&] { return kernels::assign<T>(*backend.device(), X, centers, tile); },
+      backend, "KMeans.predict",
+      [&] {
+        if (backend.device_count() == 1) return kernels::assign<T>(*backend.device(), X, centers, tile);
+        return kernels::assign_sharded<T>(devices_of(backend), X, centers, tile);
+      },
       [&] { return host::assign<T>(X, centers); });
 }
 
 template <class T>
 Matrix<T> run_transform(const Backend& backend, MatrixView<T> X, const Matrix<T>& centers) {
   return run_on<T>(
-      backend, "KMeans.transform", [&] { return kernels::transform<T>(*backend.device(), X, centers); },
+      backend, "KMeans.transform",
+      [&] {
+        if (backend.device_count() == 1) return kernels::transform<T>(*backend.device(), X, centers);
+        return kernels::transform_sharded<T>(devices_of(backend), X, centers);
+      },
       [&] { return host::euclidean_to_centers<T>(X, centers); });
 }
 
@@ -113,7 +132,10 @@ double run_labels_inertia(const Backend& backend, MatrixView<T> X, VectorView<T>
                           const std::optional<KMeansTileParams>& tile = {}) {
   return run_on<T>(
       backend, "KMeans.score",
-      [&] { return kernels::labels_inertia<T>(*backend.device(), X, w, centers, tile); },
+      [&] {
+        if (backend.device_count() == 1) return kernels::labels_inertia<T>(*backend.device(), X, w, centers, tile);
+        return kernels::labels_inertia_sharded<T>(devices_of(backend), X, w, centers, tile);
+      },
       [&] { return host::inertia<T>(X, w, centers, host::assign<T>(X, centers)); });
 }
 
@@ -236,12 +258,18 @@ class LocalRows {
   }
   bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(a, b, k); }
   int distinct_labels(const Labels& labels, int k) const { return algorithms::distinct_labels(labels, k); }
-  int uploads() const { return resident_.uploads(); }
+  int uploads() const {
+    int total = 0;
+    for (const auto& r : resident_) total += r.uploads();
+    return total;
+  }
 
  private:
   Backend backend_;
   std::optional<KMeansTileParams> tile_;
-  kernels::ResidentSamples<T> resident_;  // X and the weights on the device: uploaded once for every run
+  // X and the weights on each device (its shard where there are several): uploaded once for every engine and run.
+  std::vector<kernels::ResidentSamples<T>> resident_ =
+      std::vector<kernels::ResidentSamples<T>>(std::max<std::size_t>(1, backend_.device_count()));
 };
 
 }  // namespace detail

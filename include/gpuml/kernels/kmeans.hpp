@@ -603,13 +603,15 @@ algorithms::LloydResult<T> lloyd(vulkan::Device& device, ShiftedView<T> X, Vecto
 /// is one device's, bit for bit). The engines are set up at once too: each device reads, centres and uploads its own
 /// rows on a thread of its own. `frame`: the fit's bounds where the caller knows them (none: a pass over X).
 /// `keep_going` is asked on the calling thread while the shards work (ShardedLloydEngine::set_keep_going).
+/// `resident`: one per device, where the fit keeps each shard's samples for its other engines.
 template <class T>
 algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
                                          const Matrix<T>& init_centers, int max_iter, double tol_absolute, bool verbose,
                                          const IterationCallback& on_iteration = {}, const KeepGoing& keep_going = {},
                                          KMeansEStep e_step = KMeansEStep::automatic,
                                          const std::optional<KMeansTileParams>& tile = {},
-                                         std::optional<algorithms::SumFrame> frame = {}) {
+                                         std::optional<algorithms::SumFrame> frame = {},
+                                         std::vector<ResidentSamples<T>>* resident = nullptr) {
   const std::int64_t n = X.rows();
   const auto count = static_cast<std::int64_t>(std::min<std::size_t>(devices.size(), static_cast<std::size_t>(n)));
   if (count < 1) throw invalid_input("lloyd_sharded needs at least one device");
@@ -618,10 +620,10 @@ algorithms::LloydResult<T> lloyd_sharded(const std::vector<vulkan::Device*>& dev
   std::vector<std::unique_ptr<LloydEngine<T>>> shards(static_cast<std::size_t>(count));
   std::vector<std::int64_t> first(static_cast<std::size_t>(count));
   concurrently(static_cast<std::size_t>(count), [&](std::size_t s) {
-    const std::int64_t r0 = n * std::int64_t(s) / count, r1 = n * (std::int64_t(s) + 1) / count;
+    const auto [r0, r1] = shard_rows(n, count, static_cast<std::int64_t>(s));
     shards[s] = std::make_unique<LloydEngine<T>>(*devices[s], X.middleRows(r0, r1 - r0), w.data() + r0,
-                                                 static_cast<std::uint32_t>(init_centers.rows()), e_step, nullptr, tile,
-                                                 frame);
+                                                 static_cast<std::uint32_t>(init_centers.rows()), e_step,
+                                                 resident ? &(*resident)[s] : nullptr, tile, frame);
     shards[s]->reset_labels();
     first[s] = r0;
   });
@@ -640,6 +642,18 @@ Labels assign(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& centers,
   LloydEngine<T> engine(device, X, nullptr, static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr, tile);
   engine.assign(centers);
   return engine.take_labels();
+}
+
+/// assign on several devices, each labelling its shard of the rows: the labels of one device, since each is the
+/// nearest center of its own row.
+template <class T>
+Labels assign_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, const Matrix<T>& centers,
+                      const std::optional<KMeansTileParams>& tile = {}) {
+  Labels out(X.rows());
+  on_shards(devices, X.rows(), [&](std::size_t, vulkan::Device& device, std::int64_t first, std::int64_t rows) {
+    out.segment(first, rows) = assign<T>(device, X.middleRows(first, rows), centers, tile);
+  });
+  return out;
 }
 
 /// Euclidean distances of every row of X to every center (KMeans.transform), from differences (exactly 0 where a
@@ -692,13 +706,47 @@ Matrix<T> transform(vulkan::Device& device, MatrixView<T> X, const Matrix<T>& ce
   return D;
 }
 
-/// Nearest center of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`.
+/// transform on several devices, each its shard of the rows (every distance is one device's).
+template <class T>
+Matrix<T> transform_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, const Matrix<T>& centers) {
+  Matrix<T> out(X.rows(), centers.rows());
+  on_shards(devices, X.rows(), [&](std::size_t, vulkan::Device& device, std::int64_t first, std::int64_t rows) {
+    out.middleRows(first, rows) = transform<T>(device, X.middleRows(first, rows), centers);
+  });
+  return out;
+}
+
+/// Nearest center of each row and sum_i w_i ||x_i - c_{l_i}||^2 (KMeans.score), on `device`, exactly (the fixed
+/// point of `frame`, the bounds of every row where X is one shard of them; none: X's own).
+template <class T>
+algorithms::ExactSum labels_inertia_exact(vulkan::Device& device, MatrixView<T> X, VectorView<T> w,
+                                          const Matrix<T>& centers, const std::optional<KMeansTileParams>& tile = {},
+                                          const std::optional<algorithms::SumFrame>& frame = {}) {
+  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr,
+                        tile, frame);
+  engine.assign(centers);
+  return engine.inertia(centers);
+}
+
 template <class T>
 double labels_inertia(vulkan::Device& device, MatrixView<T> X, VectorView<T> w, const Matrix<T>& centers,
                       const std::optional<KMeansTileParams>& tile = {}) {
-  LloydEngine<T> engine(device, X, w.data(), static_cast<std::uint32_t>(centers.rows()), KMeansEStep::plain, nullptr, tile);
-  engine.assign(centers);
-  return engine.inertia(centers).to_double();
+  return labels_inertia_exact<T>(device, X, w, centers, tile).to_double();
+}
+
+/// labels_inertia on several devices, each its shard of the rows, the shards' exact sums added in one fixed point
+/// (the bounds of every row): one device's result bit for bit.
+template <class T>
+double labels_inertia_sharded(const std::vector<vulkan::Device*>& devices, MatrixView<T> X, VectorView<T> w,
+                              const Matrix<T>& centers, const std::optional<KMeansTileParams>& tile = {}) {
+  const auto frame = algorithms::SumFrame::of<T>(ShiftedView<T>(X), w);
+  std::vector<algorithms::ExactSum> parts(shard_count(devices, X.rows()));
+  on_shards(devices, X.rows(), [&](std::size_t s, vulkan::Device& device, std::int64_t first, std::int64_t rows) {
+    parts[s] = labels_inertia_exact<T>(device, X.middleRows(first, rows), w.segment(first, rows), centers, tile, frame);
+  });
+  algorithms::ExactSum total = parts[0];
+  for (std::size_t s = 1; s < parts.size(); ++s) total += parts[s];
+  return total.to_double();
 }
 
 }  // namespace gpuml::kernels

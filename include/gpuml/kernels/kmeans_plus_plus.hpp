@@ -264,4 +264,29 @@ Matrix<T> kmeans_plus_plus(vulkan::Device& device, ShiftedView<T> X, VectorView<
   return algorithms::plus_plus_loop<T>(engine, X, w, f, k, random, chosen);
 }
 
+/// kmeans_plus_plus on several devices, each over its shard of the rows (shard_rows, as lloyd_sharded cuts them), set
+/// up at once (algorithms::ShardedPlusPlusEngine: the same seeds as one device, bit for bit). `resident`: one per
+/// device, where the fit keeps each shard's samples for its Lloyd runs.
+template <class T>
+Matrix<T> kmeans_plus_plus_sharded(const std::vector<vulkan::Device*>& devices, ShiftedView<T> X, VectorView<T> w,
+                                   int k, algorithms::NumpyRandomState& random,
+                                   std::vector<std::int64_t>* chosen = nullptr,
+                                   const std::optional<algorithms::SumFrame>& frame = {},
+                                   std::vector<ResidentSamples<T>>* resident = nullptr) {
+  const algorithms::SumFrame f = frame ? *frame : algorithms::SumFrame::of<T>(X, w);
+  const std::int64_t n = X.rows();
+  const std::size_t count = shard_count(devices, n);
+  std::vector<std::unique_ptr<PlusPlusEngine<T>>> shards(count);
+  std::vector<std::int64_t> first(count);
+  on_shards(devices, n, [&](std::size_t s, vulkan::Device& device, std::int64_t r0, std::int64_t rows) {
+    shards[s] = std::make_unique<PlusPlusEngine<T>>(device, X.middleRows(r0, rows), w.segment(r0, rows),
+                                                    algorithms::plus_plus_trials(k), 0,
+                                                    resident ? &(*resident)[s] : nullptr, f,
+                                                    r0 % algorithms::kPlusPlusBlock);
+    first[s] = r0;
+  });
+  algorithms::ShardedPlusPlusEngine<PlusPlusEngine<T>, T> engine(std::move(shards), std::move(first), n);
+  return algorithms::plus_plus_loop<T>(engine, X, w, f, k, random, chosen);
+}
+
 }  // namespace gpuml::kernels

@@ -1,16 +1,42 @@
 // The samples and sample weights of one k-means fit on a device, uploaded once and read by every engine of the fit:
-// the k-means++ seeding, the Lloyd runs and the restarts of n_init. Without it each engine uploads X itself.
+// the k-means++ seeding, the Lloyd runs and the restarts of n_init. Without it each engine uploads X itself. And the
+// cut of the rows into one shard per device where a fit or a prediction spans several devices.
 #pragma once
 
 #include <gpuml/core/matrix.hpp>
+#include <gpuml/core/parallel.hpp>
 #include <gpuml/vulkan/device.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace gpuml::kernels {
+
+/// Rows [first, end) of shard s when n rows are cut into `count` contiguous shards of about n / count rows (the cut
+/// of lloyd_sharded, assign_sharded and the others on several devices).
+inline std::pair<std::int64_t, std::int64_t> shard_rows(std::int64_t n, std::int64_t count, std::int64_t s) {
+  return {n * s / count, n * (s + 1) / count};
+}
+
+/// Shards of n rows over `devices`: one per device, fewer where n is small (at least one).
+inline std::size_t shard_count(const std::vector<vulkan::Device*>& devices, std::int64_t n) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(1, std::min<std::int64_t>(static_cast<std::int64_t>(devices.size()), n)));
+}
+
+/// Runs work(s, device, first, rows) for each shard s of n rows (shard_rows), on its device, all at once (one thread
+/// each).
+template <class Work>
+void on_shards(const std::vector<vulkan::Device*>& devices, std::int64_t n, Work&& work) {
+  const std::size_t count = shard_count(devices, n);
+  concurrently(count, [&](std::size_t s) {
+    const auto [first, end] = shard_rows(n, static_cast<std::int64_t>(count), static_cast<std::int64_t>(s));
+    work(s, *devices[s], first, end - first);
+  });
+}
 
 /// One chunk of rows of X (less its shift) and of the weights, in device memory.
 struct ResidentChunk {
