@@ -49,9 +49,13 @@ shared scalar xs[STAGED ? THREADS * D : 1u];
 void stage_rows(uint base) {
   if (STAGED) {
     barrier();  // the previous round's reads are done
+    // The staged rows are one contiguous range of X: element e is X[first + e], inside the chunk where
+    // 0 <= first + e < rows * D (no division by D per element). A chunk holds at most 2^30 elements: int is wide
+    // enough, and first is negative only in the first tile of a chunk that starts inside a block.
+    const int first = (int(base) - int(p.offset)) * int(D), end = int(p.rows * D);
     for (uint e = gl_LocalInvocationID.x; e < THREADS * D; e += THREADS) {
-      const uint place = base + e / D;
-      xs[e] = place >= p.offset && place - p.offset < p.rows ? X[(place - p.offset) * D + e % D] : scalar(0);
+      const int at = first + int(e);
+      xs[e] = at >= 0 && at < end ? X[at] : scalar(0);
     }
     barrier();
   }

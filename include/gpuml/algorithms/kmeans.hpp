@@ -490,7 +490,14 @@ struct BlockSums {
   /// values from exact.
   void round() {
     values.resize(exact.size());
-    for (std::size_t b = 0; b < exact.size(); ++b) values[b] = std::ldexp(static_cast<double>(exact[b]), -exponent);
+    // Every round of a seeding rounds every block: a product with 2^-exponent (a normal double) is ldexp's correctly
+    // rounded result at a fraction of its cost.
+    if (exponent >= -1022 && exponent <= 1022) {
+      const double scale = std::ldexp(1.0, -exponent);
+      for (std::size_t b = 0; b < exact.size(); ++b) values[b] = static_cast<double>(exact[b]) * scale;
+    } else {
+      for (std::size_t b = 0; b < exact.size(); ++b) values[b] = std::ldexp(static_cast<double>(exact[b]), -exponent);
+    }
   }
   /// The sum of every block's masses, exact.
   ExactSum total() const {
