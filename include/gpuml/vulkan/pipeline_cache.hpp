@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 namespace gpuml::vulkan {
@@ -58,7 +59,9 @@ inline void make_directories(const std::string& dir) {
 inline void write_file_bytes(const std::string& path, const std::vector<char>& data) {
   if (path.empty() || data.empty()) return;
   make_directories(path.substr(0, path.rfind('/')));
-  const std::string tmp = path + ".tmp" + std::to_string(reinterpret_cast<std::uintptr_t>(&data));
+  // Named by process and call: processes sharing a cache directory (test passes run at once) never share one.
+  const std::string tmp =
+      path + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(reinterpret_cast<std::uintptr_t>(&data));
   if (std::FILE* f = std::fopen(tmp.c_str(), "wb")) {
     const bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
     if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
