@@ -577,6 +577,22 @@ inline T sq_dist(const T* x, const T* c, std::int64_t d) {
   return s;
 }
 
+/// Each sample's squared distance to its labelled center, from its centred row as T forms it, on the host threads:
+/// what relocation ranks samples by (in one process and on each MPI rank).
+template <class T>
+std::vector<T> distances_to_own_centers(const ShiftedView<T>& X, const Matrix<T>& centers, const Labels& labels) {
+  const std::int64_t n = X.rows(), d = X.cols();
+  std::vector<T> dist(static_cast<std::size_t>(n));
+  parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+    std::vector<T> row(static_cast<std::size_t>(d));
+    for (std::int64_t i = b; i < e; ++i) {
+      for (std::int64_t f = 0; f < d; ++f) row[f] = X(i, f);
+      dist[i] = sq_dist(row.data(), centers.data() + std::int64_t{labels[i]} * d, d);
+    }
+  });
+  return dist;
+}
+
 /// scikit-learn's _relocate_empty_clusters_dense: the samples farthest from their old center move to the empty
 /// clusters, in increasing cluster order; sums/weights are the un-averaged accumulators.
 template <class T>
@@ -587,14 +603,7 @@ void relocate_empty_clusters(const ShiftedView<T>& X, const VectorView<T>& w, co
   for (std::int64_t j = 0; j < k; ++j)
     if (weights[j] == T(0)) empty.push_back(j);
   if (empty.empty()) return;
-  std::vector<T> dist(static_cast<std::size_t>(n));
-  parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-    std::vector<T> row(static_cast<std::size_t>(d));
-    for (std::int64_t i = b; i < e; ++i) {
-      for (std::int64_t f = 0; f < d; ++f) row[f] = X(i, f);
-      dist[i] = sq_dist(row.data(), centers_old.data() + std::int64_t{labels[i]} * d, d);
-    }
-  });
+  const std::vector<T> dist = distances_to_own_centers(X, centers_old, labels);
   if (*std::max_element(dist.begin(), dist.end()) == T(0)) return;  // more clusters than distinct points
   const std::int64_t n_empty = std::min<std::int64_t>(static_cast<std::int64_t>(empty.size()), n);
   // The n_empty largest distances, largest first; equal distances: the higher index first (numpy's argpartition

@@ -208,15 +208,9 @@ class DistributedLloyd {
     // This rank's candidates: its n_empty farthest samples as (distance, global index).
     const Labels& labels = local_.labels();
     const std::int64_t n = X_.rows();
+    const std::vector<T> dist = algorithms::distances_to_own_centers(X_, centers_old, labels);  // as one process
     std::vector<std::pair<double, std::int64_t>> mine(static_cast<std::size_t>(n));
-    parallel_chunks(n, std::int64_t{1} << 14, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-      std::vector<T> row(static_cast<std::size_t>(d));  // the centred row, rounded as one process forms it
-      for (std::int64_t i = b; i < e; ++i) {
-        for (std::int64_t f = 0; f < d; ++f) row[static_cast<std::size_t>(f)] = X_(i, f);
-        mine[static_cast<std::size_t>(i)] = {double(algorithms::sq_dist(row.data(), centers_old.data() + std::int64_t{labels[i]} * d, d)),
-                                             first_ + i};
-      }
-    });
+    for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = {double(dist[static_cast<std::size_t>(i)]), first_ + i};
     auto farther = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); };
     const auto keep = std::min<std::int64_t>(n_empty, n);
     std::partial_sort(mine.begin(), mine.begin() + keep, mine.end(), farther);
