@@ -46,7 +46,7 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   cleared.reserve(12);
   for (const char* name : {"GPUML_DEVICE", "GPUML_NUM_THREADS", "GPUML_VALIDATION", "GPUML_PIPELINE_CACHE", "GPUML_TUNING",
                            "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE", "GPUML_KNN_APPEND", "GPUML_KNN_COOP",
-                           "GPUML_DEVICE_MEMORY_LIMIT"})
+                           "GPUML_DEVICE_MEMORY_LIMIT", "GPUML_UPLOAD"})
     cleared.emplace_back(name, std::nullopt);
   ScopedEnv cache("GPUML_CACHE_DIR", std::nullopt), xdg("XDG_CACHE_HOME", "/tmp/xdg-gpuml-test");
   const gpuml::Config c = read();
@@ -62,13 +62,15 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   EXPECT_TRUE(c.knn_append());
   EXPECT_TRUE(c.knn_coop());
   EXPECT_EQ(c.device_memory_limit(), 0u);
+  EXPECT_EQ(c.upload(), gpuml::Upload::staged);
 }
 
 TEST(Config, EveryVariableFeedsItsKnob) {
   ScopedEnv device("GPUML_DEVICE", "integrated"), threads("GPUML_NUM_THREADS", "3"), validation("GPUML_VALIDATION", "strict"),
       cache("GPUML_CACHE_DIR", "/tmp/c"), pipelines("GPUML_PIPELINE_CACHE", "off"), tuning("GPUML_TUNING", "false"),
       kmeans("GPUML_KMEANS_TILE", "64,4,4,8,128"), knn("GPUML_KNN_TILE", "8,8,4,4,8"), sample("GPUML_KNN_SAMPLE", "0"),
-      append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0"), memory("GPUML_DEVICE_MEMORY_LIMIT", "3M");
+      append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0"), memory("GPUML_DEVICE_MEMORY_LIMIT", "3M"),
+      upload("GPUML_UPLOAD", "imported");
   const gpuml::Config c = read();
   EXPECT_EQ(c.device(), "integrated");
   EXPECT_EQ(c.num_threads(), 3);
@@ -82,20 +84,22 @@ TEST(Config, EveryVariableFeedsItsKnob) {
   EXPECT_FALSE(c.knn_append());
   EXPECT_FALSE(c.knn_coop());
   EXPECT_EQ(c.device_memory_limit(), 3u << 20);
+  EXPECT_EQ(c.upload(), gpuml::Upload::imported);
   ScopedEnv on("GPUML_VALIDATION", "yes");
   EXPECT_EQ(read().validation(), gpuml::Validation::on);
 }
 
 TEST(Config, UnreadableValuesKeepTheDefaultWithAWarning) {
   ScopedEnv tuning("GPUML_TUNING", "maybe"), sample("GPUML_KNN_SAMPLE", "1"), validation("GPUML_VALIDATION", "loud"),
-      memory("GPUML_DEVICE_MEMORY_LIMIT", "2T");
+      memory("GPUML_DEVICE_MEMORY_LIMIT", "2T"), upload("GPUML_UPLOAD", "pinned");
   std::vector<std::string> warnings;
   const gpuml::Config c = read(&warnings);
   EXPECT_TRUE(c.tuning());
   EXPECT_EQ(c.knn_sample(), 16u);
   EXPECT_EQ(c.validation(), gpuml::Validation::off);
   EXPECT_EQ(c.device_memory_limit(), 0u);
-  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_EQ(c.upload(), gpuml::Upload::staged);
+  ASSERT_EQ(warnings.size(), 5u);
   EXPECT_NE(warnings[0].find("GPUML_VALIDATION=loud"), std::string::npos) << warnings[0];
 }
 

@@ -5,6 +5,7 @@
 #include "support.hpp"
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <set>
@@ -473,6 +474,93 @@ TYPED_TEST(KMeansDeviceTest, DataBeyondTheDeviceMemoryLimitIsStreamedWithTheSame
     EXPECT_EQ(streamed.inertia(), resident.inertia());
     EXPECT_TRUE(streamed.predict(X.topRows(5003)) == resident_predict);
   }
+}
+
+// Rows uploaded as they are and centred on the device (shaders/shift_rows.comp) are the host's X - mean bit for
+// bit, staged or read in place by the device (Upload::imported).
+TYPED_TEST(KMeansDeviceTest, RowsCentredOnTheDeviceAreTheHostsBitForBit) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    gpuml::vulkan::Device& device = *dev.backend.device();
+    if (std::is_same_v<T, double> && !device.info().float64) continue;
+    const Eigen::Index n = 1237, d = 13;
+    const Matrix<T> X = random_matrix<T>(n, d, 901, -3.0, 5.0);
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> mean = X.colwise().mean();
+    const Matrix<T> expected = X.rowwise() - mean;
+    for (const auto mode : {gpuml::Upload::staged, gpuml::Upload::imported}) {
+      gpuml::ScopedConfig scoped(gpuml::config().set_upload(mode));
+      const auto shift = device.buffer(d * sizeof(T));
+      gpuml::vulkan::upload(device, shift, 0, mean.data(), d * sizeof(T));
+      const auto rows = device.buffer(n * d * sizeof(T));
+      gpuml::ShiftedView<T> view(X, mean.data());
+      view.subnormal_free = true;
+      gpuml::kernels::upload_centred_rows<T>(device, rows, view, 0, n, &shift);
+      Matrix<T> got(n, d);
+      gpuml::vulkan::download(device, rows, 0, got.data(), n * d * sizeof(T));
+      EXPECT_EQ(std::memcmp(got.data(), expected.data(), sizeof(T) * n * d), 0) << "upload mode " << int(mode);
+    }
+  }
+}
+
+// The fit with its rows read in place and centred on the device (Upload::imported, where the device imports host
+// memory) is the staged fit bit for bit; with a subnormal in X the rows are centred on the host, the same again.
+TYPED_TEST(KMeansDeviceTest, FitsReadingHostMemoryInPlaceAreTheStagedFitsBitForBit) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    if (!dev.backend.device()->info().host_memory_import) continue;
+    Matrix<T> X = blobs<T>(3001, 7, 5, 910, 1.5);
+    Matrix<T> with_subnormal = X;
+    with_subnormal(17, 3) = std::numeric_limits<T>::denorm_min() * 3;
+    for (const Matrix<T>* data : {&X, &with_subnormal}) {
+      KMeansParams p;
+      p.n_clusters = 5;
+      p.random_state = 4;
+      p.max_iter = 20;
+      KMeans<T> staged(p, dev.backend), imported(p, dev.backend);
+      {
+        gpuml::ScopedConfig scoped(gpuml::config().set_upload(gpuml::Upload::staged));
+        staged.fit(*data);
+      }
+      {
+        gpuml::ScopedConfig scoped(gpuml::config().set_upload(gpuml::Upload::imported));
+        imported.fit(*data);
+      }
+      ASSERT_EQ(imported.n_iter(), staged.n_iter());
+      EXPECT_EQ(std::memcmp(imported.cluster_centers().data(), staged.cluster_centers().data(),
+                            sizeof(T) * staged.cluster_centers().size()), 0);
+      EXPECT_TRUE(imported.labels() == staged.labels());
+      EXPECT_EQ(imported.inertia(), staged.inertia());
+    }
+  }
+}
+
+// The device centres rows only where no value, mean or difference can be subnormal (a device may flush those):
+// every nonzero magnitude at least 2^-101 in float (2^-968 in double).
+TEST(KMeansDevice, RowsAreCentredOnTheDeviceOnlyWithoutSubnormals) {
+  using gpuml::algorithms::subnormal_free;
+  auto range_of = [](const Matrix<float>& X) {
+    gpuml::algorithms::ColumnRange range;
+    gpuml::algorithms::column_sums(X, nullptr, &range);
+    return range;
+  };
+  const Eigen::RowVector2f mean(0.5f, -0.25f);
+  Matrix<float> X = random_matrix<float>(101, 2, 920, 1e-3, 2.0);
+  X(3, 0) = 0.0f;  // zeros are fine
+  EXPECT_TRUE(subnormal_free<float>(range_of(X), mean));
+  X(5, 1) = std::ldexp(1.0f, -101);  // the threshold itself
+  EXPECT_TRUE(subnormal_free<float>(range_of(X), mean));
+  EXPECT_TRUE(subnormal_free<float>(range_of(X), Eigen::RowVector2f(0.0f, 0.0f)));
+  X(5, 1) = std::ldexp(1.0f, -102);  // normal, but its difference with a value close to it may not be
+  EXPECT_FALSE(subnormal_free<float>(range_of(X), mean));
+  X(5, 1) = std::numeric_limits<float>::denorm_min();
+  EXPECT_FALSE(subnormal_free<float>(range_of(X), mean));
+  X(5, 1) = 1.0f;
+  EXPECT_FALSE(subnormal_free<float>(range_of(X), Eigen::RowVector2f(0.5f, 1e-35f)));  // a tiny mean
+  const Matrix<double> Xd = random_matrix<double>(33, 2, 921, -2.0, 2.0);
+  gpuml::algorithms::ColumnRange rd;
+  gpuml::algorithms::column_sums(Xd, nullptr, &rd);
+  EXPECT_TRUE(subnormal_free<double>(rd, Eigen::RowVector2d(0.1, 0.2)));
+  EXPECT_FALSE(subnormal_free<double>(rd, Eigen::RowVector2d(0.1, 1e-300)));
 }
 
 // X above one binding (128 MiB on lavapipe): the samples are split across buffers and dispatches.

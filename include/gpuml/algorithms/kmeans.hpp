@@ -110,7 +110,21 @@ inline constexpr std::int64_t kRowChunk = 1 << 15;
 /// Each column's smallest and largest value (over every rank's rows, in a distributed fit).
 struct ColumnRange {
   Eigen::RowVectorXd lowest, highest;
+  Eigen::RowVectorXd smallest;  ///< the smallest nonzero magnitude of each column (infinity: only zeros, or no rows)
 };
+
+/// Whether no value of X (whose columns `range` describes), of `shift` or of X - shift is subnormal in T: every
+/// nonzero magnitude is at least t = (smallest normal) * 2^(digits + 1). Distinct values of that size differ by a
+/// multiple of ulp(t) = 4 * (smallest normal), so their difference is normal too.
+template <class T>
+bool subnormal_free(const ColumnRange& range, const Eigen::Matrix<T, 1, Eigen::Dynamic>& shift) {
+  const double t = std::ldexp(static_cast<double>(std::numeric_limits<T>::min()), std::numeric_limits<T>::digits + 1);
+  for (Eigen::Index f = 0; f < shift.size(); ++f) {
+    const double m = std::abs(static_cast<double>(shift[f]));
+    if (range.smallest.size() != shift.size() || range.smallest[f] < t || (m != 0 && m < t)) return false;
+  }
+  return true;
+}
 
 /// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
 /// order (the result does not depend on the thread count). A distributed fit adds each rank's sums. With `range`,
@@ -119,16 +133,17 @@ template <class M>
 Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr) {
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
   constexpr double inf = std::numeric_limits<double>::infinity();
-  // Per chunk: d sums, then (with a range) d lowest and d highest values.
-  const std::int64_t width = range ? 3 * d : d;
+  // Per chunk: d sums, then (with a range) d lowest, d highest values and d smallest nonzero magnitudes.
+  const std::int64_t width = range ? 4 * d : d;
   std::vector<double> part(static_cast<std::size_t>(chunks * width));
   parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
     double* s = part.data() + c * width;
-    double *lo = s + d, *hi = s + 2 * d;
+    double *lo = s + d, *hi = s + 2 * d, *small = s + 3 * d;
     std::fill(s, s + d, 0.0);
     if (range) {
       std::fill(lo, lo + d, inf);
       std::fill(hi, hi + d, -inf);
+      std::fill(small, small + d, inf);
     }
     for (std::int64_t i = begin; i < end; ++i)
       for (std::int64_t f = 0; f < d; ++f) {
@@ -142,11 +157,15 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, Col
         if (range) {
           lo[f] = std::min(lo[f], v);
           hi[f] = std::max(hi[f], v);
+          const double a = std::abs(v);
+          small[f] = std::min(small[f], a == 0 ? inf : a);
         }
       }
   });
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
-  if (range) *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf)};
+  if (range)
+    *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
+                         Eigen::RowVectorXd::Constant(d, inf)};
   for (std::int64_t c = 0; c < chunks; ++c) {
     const double* s = part.data() + c * width;
     for (std::int64_t f = 0; f < d; ++f) {
@@ -154,6 +173,7 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, Col
       if (range) {
         range->lowest[f] = std::min(range->lowest[f], s[d + f]);
         range->highest[f] = std::max(range->highest[f], s[2 * d + f]);
+        range->smallest[f] = std::min(range->smallest[f], s[3 * d + f]);
       }
     }
   }

@@ -28,6 +28,14 @@ inline std::optional<bool> parse_switch(std::string_view text) {
 enum class Validation { off, on, strict };
 
 /// Every knob of gpuml. Defaults are gpuml's; Config::from_environment() applies the GPUML_* variables on top.
+/// How uploads read ordinary host memory (Config::upload). The bytes on the device are the same either way.
+enum class Upload {
+  staged,    ///< copied by the host into staging buffers the device copies from (or into mapped device memory)
+  imported,  ///< read by the device in place where it can import the memory (VK_EXT_external_memory_host), mapped
+             ///< device memory too: no host copy, but pinning the pages costs more than the copy on the drivers
+             ///< measured (docs/performance.md), so it is not the default
+};
+
 class Config {
  public:
   /// The device choice of the process default backend (see select.hpp): "auto", "gpu", "host", "N", a name.
@@ -84,6 +92,10 @@ class Config {
   /// every iteration). The results are the same bit for bit either way: this is for comparisons.
   bool kmeans_bounds() const { return kmeans_bounds_; }
   Config& set_kmeans_bounds(bool on) { return kmeans_bounds_ = on, *this; }
+
+  /// How uploads read host memory (GPUML_UPLOAD=staged|imported).
+  Upload upload() const { return upload_; }
+  Config& set_upload(Upload u) { return upload_ = u, *this; }
 
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 
@@ -149,6 +161,12 @@ class Config {
     flag("GPUML_KNN_APPEND", c.knn_append_);
     flag("GPUML_KNN_COOP", c.knn_coop_);
     flag("GPUML_KMEANS_BOUNDS", c.kmeans_bounds_);
+    if (const char* v = env("GPUML_UPLOAD")) {
+      const std::string_view u(v);
+      if (u == "staged") c.upload_ = Upload::staged;
+      else if (u == "imported") c.upload_ = Upload::imported;
+      else warn(std::string("ignoring GPUML_UPLOAD=") + v + ": expected staged or imported");
+    }
     if (const char* v = env("GPUML_DEVICE_MEMORY_LIMIT")) {
       if (auto bytes = parse_bytes(v)) c.device_memory_limit_ = *bytes;
       else warn(std::string("ignoring GPUML_DEVICE_MEMORY_LIMIT=") + v + ": expected a byte count such as 1073741824, 512M or 2G");
@@ -169,6 +187,7 @@ class Config {
   bool knn_coop_ = true;
   bool kmeans_bounds_ = true;
   std::uint64_t device_memory_limit_ = 0;
+  Upload upload_ = Upload::staged;
 };
 
 namespace config_detail {

@@ -29,6 +29,9 @@ template <class T>
 struct ShiftedView {
   MatrixView<T> X;
   const T* shift = nullptr;  ///< X.cols() values, or nullptr
+  /// No value of X, of the shift or of X - shift is subnormal (KMeansInputs finds it): then a device that flushes
+  /// subnormals forms X - shift bit for bit as the host does, and may centre the rows itself.
+  bool subnormal_free = false;
 
   // Implicit: anything a MatrixView takes is a ShiftedView without a shift.
   template <class M>
@@ -37,7 +40,11 @@ struct ShiftedView {
   Eigen::Index rows() const { return X.rows(); }
   Eigen::Index cols() const { return X.cols(); }
   T operator()(Eigen::Index i, Eigen::Index j) const { return shift ? T(X(i, j) - shift[j]) : X(i, j); }
-  ShiftedView middleRows(Eigen::Index first, Eigen::Index count) const { return {X.middleRows(first, count), shift}; }
+  ShiftedView middleRows(Eigen::Index first, Eigen::Index count) const {
+    ShiftedView rows(X.middleRows(first, count), shift);
+    rows.subnormal_free = subnormal_free;
+    return rows;
+  }
   /// Rows [first, first + count), shifted, written contiguously at `out` (count x cols), in blocks on the host
   /// threads: the one place X - shift is formed in bulk (the upload to a device, the host engines' centred copy).
   void copy_rows(Eigen::Index first, Eigen::Index count, T* out) const {

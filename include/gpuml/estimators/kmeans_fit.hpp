@@ -163,6 +163,7 @@ struct KMeansInputs {
   double tol_absolute = 0;
   algorithms::SumFrame frame;  ///< the bounds of the exact sums, over every shard's rows
   int n_init = 1;
+  bool subnormal_free = false;  ///< no subnormal in X, the mean or X - mean (ShiftedView::subnormal_free)
 
   template <class Rows>
   KMeansInputs(Rows& rows, MatrixView<T> X, const VectorView<T>* sample_weight, const KMeansParams& p)
@@ -211,6 +212,7 @@ struct KMeansInputs {
     }
     mean = mean_d.template cast<T>();
     frame = algorithms::SumFrame::of<T>(range, mean, weights.largest, n);
+    subnormal_free = algorithms::subnormal_free<T>(range, mean);
   }
   KMeansInputs(const KMeansInputs&) = delete;
   KMeansInputs& operator=(const KMeansInputs&) = delete;
@@ -289,7 +291,8 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
     const int k = p.n_clusters;
     // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
-    const ShiftedView<T> Xc(X, in.mean.data());
+    ShiftedView<T> Xc(X, in.mean.data());
+    Xc.subnormal_free = in.subnormal_free;
     Matrix<T> init_c;
     if (p.init_centers) init_c = p.init_centers->template cast<T>().rowwise() - in.mean;
     KMeansFit<T> fit;
@@ -367,7 +370,8 @@ std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, Matrix
   checks::non_empty(X, "X");
   detail::LocalRows<T> rows(backend, Policy::fixed_tile);
   const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
-  const ShiftedView<T> Xc(X, in.mean.data());
+  ShiftedView<T> Xc(X, in.mean.data());
+  Xc.subnormal_free = in.subnormal_free;
   std::vector<std::int64_t> chosen;
   rows.starting_centers(Xc, in.w, p, random_state, in.frame, &chosen);
   return chosen;

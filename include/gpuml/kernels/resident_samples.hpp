@@ -5,12 +5,17 @@
 
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/policy/limits.hpp>
+#include <gpuml/shaders/shift_rows_kernel.hpp>
+#include <gpuml/vulkan/commands.hpp>
 #include <gpuml/vulkan/device.hpp>
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -74,6 +79,50 @@ class ResidentSamples {
   int uploads_ = 0;
 };
 
+inline constexpr std::uint32_t kShiftThreads = 256;
+
+/// Records x[i, j] -= shift[j] for `rows` rows of `cols` values in place (rows * cols below 2^32).
+template <class T>
+void record_shift_rows(vulkan::Device& device, vulkan::Commands& cmds, vulkan::BufferSlice x, vulkan::BufferSlice shift,
+                       std::uint64_t rows, std::uint32_t cols) {
+  namespace shader = shader_interface::shift_rows;
+  const std::uint64_t elements = rows * cols;
+  if (elements > UINT32_MAX) throw error("shift_rows: a block of more than 2^32 values");
+  const auto& k = device.kernel(
+      shaders::shift_rows_kernel::spec<T>(spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kShiftThreads}})));
+  const auto groups = static_cast<std::uint32_t>(ceil_div(elements, kShiftThreads));
+  const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
+  const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
+  const shader::Push push{.elements = static_cast<std::uint32_t>(elements), .cols = cols};
+  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingShift, shift}}, push, gx, gy);
+}
+
+/// Whether rows of X go to `device` as they are and are centred there (record_shift_rows): where the host cannot
+/// write the device's memory directly (it stages, or the device reads the host memory in place) and X holds no
+/// subnormal. The host then only copies (or not even that), and the device's subtraction rounds as the host's.
+template <class T>
+bool centres_on_device(const vulkan::Device& device, const ShiftedView<T>& X, const vulkan::Buffer& dst) {
+  const bool contiguous = X.X.innerStride() == 1 && (X.X.outerStride() == X.cols() || X.rows() <= 1);
+  return X.shift && X.subnormal_free && contiguous && (!dst.mapped() || vulkan::uploads_in_place(device)) &&
+         (!std::is_same_v<T, double> || device.info().float64);
+}
+
+/// Rows [r0, r0 + rows) of X less its shift into `dst`: centred on the device where centres_on_device says so
+/// (`shift` then holds the shift on the device), else on the host as they are written.
+template <class T>
+void upload_centred_rows(vulkan::Device& device, const vulkan::Buffer& dst, const ShiftedView<T>& X, std::uint64_t r0,
+                         std::uint64_t rows, const vulkan::Buffer* shift) {
+  const auto first = static_cast<Eigen::Index>(r0), end = static_cast<Eigen::Index>(r0 + rows);
+  if (!shift) {
+    vulkan::upload_shifted_rows<T>(device, dst, 0, X, first, end);
+    return;
+  }
+  vulkan::upload_rows<T>(device, dst, 0, X.X, first, end);
+  vulkan::Commands cmds(device);
+  record_shift_rows<T>(device, cmds, dst, *shift, rows, static_cast<std::uint32_t>(X.cols()));
+  cmds.submit_and_wait();
+}
+
 /// The chunks of X (less its shift) and w for an engine: those `resident` holds for this layout, or new ones
 /// uploaded (and handed to `resident` where the memory is the device's). `w` may be null (an engine that reads no
 /// weights: the buffers are left unwritten). `shared`: also used by the transfer queue (a streamed engine's).
@@ -90,13 +139,18 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
     resident->count_upload();
   }
   std::vector<ResidentChunk> chunks;
+  std::optional<vulkan::Buffer> shift;  // the shift on the device, where the device centres the rows
   for (std::uint64_t r0 = 0; r0 < n; r0 += chunk_rows) {
     ResidentChunk c;
     c.first = r0;
     c.rows = std::min(chunk_rows, n - r0);
     auto x = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * d * s, memory, shared));
     auto wb = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s, memory, shared));
-    vulkan::upload_shifted_rows<T>(device, *x, 0, X, static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(r0 + c.rows));
+    if (!shift && centres_on_device<T>(device, X, *x)) {
+      shift.emplace(device.buffer(d * s));
+      vulkan::upload(device, *shift, 0, X.shift, d * s);
+    }
+    upload_centred_rows<T>(device, *x, X, r0, c.rows, shift ? &*shift : nullptr);
     if (w) vulkan::upload(device, *wb, 0, w + r0, c.rows * s);
     c.x = std::move(x);
     c.w = std::move(wb);

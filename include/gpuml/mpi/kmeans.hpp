@@ -476,6 +476,8 @@ class RankRows {
                     comm_.get());
       MPI_Allreduce(MPI_IN_PLACE, range->highest.data(), static_cast<int>(range->highest.size()), MPI_DOUBLE, MPI_MAX,
                     comm_.get());
+      MPI_Allreduce(MPI_IN_PLACE, range->smallest.data(), static_cast<int>(range->smallest.size()), MPI_DOUBLE, MPI_MIN,
+                    comm_.get());
     }
     return Eigen::Map<const Eigen::RowVectorXd>(v.data(), local.size());
   }

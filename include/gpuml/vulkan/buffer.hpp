@@ -91,6 +91,49 @@ class Buffer {
       check(f.vkMapMemory(device, m, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
   }
 
+  /// Host memory [aligned, aligned + bytes) imported as a buffer the device copies from in place
+  /// (VK_EXT_external_memory_host; both ends on the device's import alignment). The memory stays the caller's and must
+  /// outlive the buffer. An empty buffer where the driver refuses this memory (the caller takes another way).
+  static Buffer import_host(VkDevice device, void* aligned, VkDeviceSize bytes) {
+    auto& f = fn();
+    Buffer out;
+    if (!f.vkGetMemoryHostPointerPropertiesEXT || bytes == 0) return out;
+    constexpr auto handle_type = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+    VkMemoryHostPointerPropertiesEXT host{VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+    if (f.vkGetMemoryHostPointerPropertiesEXT(device, handle_type, aligned, &host) != VK_SUCCESS) return out;
+    VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+    external.handleTypes = handle_type;
+    VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bi.pNext = &external;
+    bi.size = bytes;
+    bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkBuffer b = VK_NULL_HANDLE;
+    if (f.vkCreateBuffer(device, &bi, nullptr, &b) != VK_SUCCESS) return out;
+    BufferHandle buffer(device, b);
+    VkMemoryRequirements req{};
+    f.vkGetBufferMemoryRequirements(device, b, &req);
+    const std::uint32_t types = req.memoryTypeBits & host.memoryTypeBits;
+    if (types == 0 || req.size > bytes) return out;
+    std::uint32_t type = 0;
+    while (!(types & (1u << type))) ++type;
+    VkImportMemoryHostPointerInfoEXT import{VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT};
+    import.handleType = handle_type;
+    import.pHostPointer = aligned;
+    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    ai.pNext = &import;
+    ai.allocationSize = bytes;
+    ai.memoryTypeIndex = type;
+    VkDeviceMemory m = VK_NULL_HANDLE;
+    if (f.vkAllocateMemory(device, &ai, nullptr, &m) != VK_SUCCESS) return out;
+    MemoryHandle memory(device, m);
+    if (f.vkBindBufferMemory(device, b, m, 0) != VK_SUCCESS) return out;
+    out.buffer_ = std::move(buffer);
+    out.memory_ = std::move(memory);
+    out.size_ = bytes;
+    return out;
+  }
+
   Buffer(Buffer&&) noexcept = default;
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {

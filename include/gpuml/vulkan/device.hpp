@@ -37,6 +37,7 @@ struct ExternalDevice {
   bool cooperative_matrix_nv = false;    ///< VK_NV_cooperative_matrix's cooperativeMatrix
   bool vulkan_memory_model = false;      ///< vulkanMemoryModel
   bool vulkan_memory_model_device_scope = false;  ///< vulkanMemoryModelDeviceScope (needed with the memory model)
+  bool external_memory_host = false;     ///< VK_EXT_external_memory_host (uploads read host memory in place)
 };
 
 class Device {
@@ -104,6 +105,7 @@ class Device {
       features.pNext = &coop;
       extensions.push_back("VK_NV_cooperative_matrix");
     }
+    if (info.host_memory_import) extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     di.pNext = &features;
     di.queueCreateInfoCount = transfer_family_ == UINT32_MAX ? 1 : 2;
@@ -150,6 +152,7 @@ class Device {
     info_.subgroup_size_control = info_.subgroup_size_control && external.subgroup_size_control;
     info_.coop_matrix_f16 = info_.coop_matrix_f16 && external.cooperative_matrix_nv && external.shader_float16 &&
                             external.vulkan_memory_model && external.vulkan_memory_model_device_scope;
+    info_.host_memory_import = info_.host_memory_import && external.external_memory_host;
     device_ = external.device;
     queue_ = external.queue;
     queue_family_ = external.queue_family;
@@ -216,6 +219,25 @@ class Device {
     if (with_transfer_queue && transfer_queue_)
       return Buffer(device_, memory_, bytes, use, info_.unified_memory, {queue_family_, transfer_family_});
     return Buffer(device_, memory_, bytes, use, info_.unified_memory);
+  }
+
+  /// Host memory the device reads in place: a transfer source covering [data, data + bytes), and where `data` lies
+  /// in it (the import starts and ends on the device's alignment, in pages the caller's memory already spans).
+  struct HostImport {
+    Buffer buffer;  ///< empty where the device cannot import this memory
+    VkDeviceSize offset = 0;
+  };
+  /// Imports host memory for the device to copy from (VK_EXT_external_memory_host), or gives an empty buffer where
+  /// the device has no such import or the driver refuses this memory: the caller then stages the bytes.
+  HostImport import_host(const void* data, std::size_t bytes) const {
+    HostImport out;
+    if (!info_.host_memory_import || bytes == 0) return out;
+    const std::uintptr_t a = info_.host_import_alignment, begin = reinterpret_cast<std::uintptr_t>(data);
+    const std::uintptr_t first = begin / a * a, end = (begin + bytes + a - 1) / a * a;
+    // Vulkan takes a non-const pointer; the buffer is only ever a transfer source.
+    out.buffer = Buffer::import_host(device_, reinterpret_cast<void*>(first), end - first);
+    out.offset = begin - first;
+    return out;
   }
 
   /// A staging buffer (MemoryUse::upload or readback) of at least `bytes` bytes, taken from the device's pool and

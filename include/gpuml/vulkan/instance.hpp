@@ -57,6 +57,10 @@ struct DeviceInfo {
   // (device scope) are valid only with vulkanMemoryModelDeviceScope.
   bool coop_matrix_f16 = false;
   bool unified_memory = false;  // device-local memory is host visible (integrated GPUs, CPU devices)
+  // VK_EXT_external_memory_host: the device reads ordinary host memory in place once imported (enabled at device
+  // creation when present); imports start and end on multiples of the alignment.
+  bool host_memory_import = false;
+  std::uint64_t host_import_alignment = 0;
   std::uint64_t device_local_bytes = 0;
 
   bool is_gpu() const { return type != DeviceType::cpu; }
@@ -268,6 +272,10 @@ class Instance {
     void** tail = &m3.pNext;
     if (has_sgc) { *tail = &sgc; tail = &sgc.pNext; }
     if (has_driver_props) { *tail = &driver; tail = &driver.pNext; }
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_import{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    const bool has_host_import = has_device_extension(pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    if (has_host_import) { *tail = &host_import; tail = &host_import.pNext; }
     VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     props2.pNext = &subgroup;
     f.vkGetPhysicalDeviceProperties2(pd, &props2);
@@ -290,6 +298,9 @@ class Instance {
       info.driver_name = driver.driverName;
       info.driver_info = driver.driverInfo;
     }
+    info.host_import_alignment = has_host_import ? host_import.minImportedHostPointerAlignment : 0;
+    info.host_memory_import = has_host_import && info.host_import_alignment > 0 &&
+                              (info.host_import_alignment & (info.host_import_alignment - 1)) == 0;
     info.subgroup_size = subgroup.subgroupSize;
     info.min_subgroup_size = info.max_subgroup_size = subgroup.subgroupSize;
     info.subgroup_arithmetic = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&

@@ -94,7 +94,8 @@ namespace gpuml::vulkan {
   X(vkCreateSemaphore)                   \
   X(vkDestroySemaphore)                  \
   X(vkResetFences)                       \
-  X(vkWaitForFences)
+  X(vkWaitForFences)                     \
+  X(vkGetMemoryHostPointerPropertiesEXT)
 
 /// The process-wide table of Vulkan entry points.
 struct Functions {

@@ -62,8 +62,49 @@ void upload_filled(Device& device, const Buffer& dst, VkDeviceSize offset, std::
   for (auto& c : cmds) c->wait();
 }
 
+/// Host memory is imported a piece at a time, the next piece pinned while the device copies the last.
+inline constexpr std::size_t kImportPiece = std::size_t(256) << 20;
+
+/// Whether uploads to `device` read the host memory in place (Config::upload, the device's import).
+inline bool uploads_in_place(const Device& device) {
+  return device.info().host_memory_import && config().upload() == Upload::imported;
+}
+
+/// Host to buffer by the device's own reads of the host memory (Device::import_host): no copy on the host, and the
+/// host's memory is read once. Pieces the driver will not import are staged. False where uploads_in_place is.
+inline bool upload_in_place(Device& device, const Buffer& dst, VkDeviceSize offset, const void* src, std::size_t bytes) {
+  if (bytes == 0 || !uploads_in_place(device)) return false;
+  if (offset + bytes > dst.size()) throw error("upload past the end of a buffer");
+  const auto* from = static_cast<const char*>(src);
+  struct Slot {  // the import outlives the commands that read it (members go in reverse order)
+    Device::HostImport import;
+    std::unique_ptr<Commands> cmds;
+  };
+  Slot slots[2] = {{{}, std::make_unique<Commands>(device)}, {{}, std::make_unique<Commands>(device)}};
+  int slot = 0;
+  for (std::size_t done = 0; done < bytes; done += kImportPiece, slot ^= 1) {
+    const std::size_t n = std::min(kImportPiece, bytes - done);
+    Slot& s = slots[slot];
+    s.cmds->wait();
+    s.cmds->reset();
+    s.import = device.import_host(from + done, n);
+    if (!s.import.buffer) {
+      slots[slot ^ 1].cmds->wait();
+      upload_filled(device, dst, offset + done, bytes - done, 1, [&](void* to, std::size_t begin, std::size_t count) {
+        transfer_detail::copy_bytes(to, from + done + begin, count);
+      });
+      return true;
+    }
+    s.cmds->copy(s.import.buffer, s.import.offset, dst, offset + done, n);
+    s.cmds->submit();
+  }
+  for (auto& s : slots) s.cmds->wait();
+  return true;
+}
+
 /// Host to buffer: `bytes` bytes from `src`.
 inline void upload(Device& device, const Buffer& dst, VkDeviceSize offset, const void* src, std::size_t bytes) {
+  if (upload_in_place(device, dst, offset, src, bytes)) return;
   upload_filled(device, dst, offset, bytes, 1, [&](void* to, std::size_t begin, std::size_t count) {
     transfer_detail::copy_bytes(to, static_cast<const char*>(src) + begin, count);
   });
