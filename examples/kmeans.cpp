@@ -245,11 +245,14 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     warmup_seconds = seconds_since(t0);
   }
   std::vector<double> times;
+  std::vector<std::string> centers_each;  // every repeat's centers' fingerprint: a repeat must give the same fit
   double best_loop = 0;
   for (int r = 0; r < o.repeat; ++r) {
     t0 = Clock::now();
     km.fit(X);
     times.push_back(seconds_since(t0));
+    centers_each.push_back(gpuml_program::fingerprint(
+        km.cluster_centers().data(), static_cast<std::size_t>(km.cluster_centers().size()) * sizeof(T)));
     if (r == 0 || km.iteration_seconds() < best_loop) best_loop = km.iteration_seconds();
   }
   bar.finish();
@@ -290,11 +293,12 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     using gpuml_program::fingerprint;
     j["labels_fnv"] = fingerprint(km.labels().data(), static_cast<std::size_t>(km.labels().size()) * sizeof(km.labels()[0]));
     j["centers_fnv"] = fingerprint(km.cluster_centers().data(), static_cast<std::size_t>(km.cluster_centers().size()) * sizeof(T));
+    j["centers_fnv_each_repeat"] = centers_each;
     j["fit_seconds"] = best;
     j["iteration_seconds"] = best_loop;
     j["fit_seconds_all"] = times;
     const auto& ft = km.fit_times();  // the last fit's phases
-    j["fit_times"] = {{"checks", ft.checks}, {"seeding", ft.seeding},       {"lloyd", ft.lloyd}, {"setup", ft.setup},
+    j["fit_times"] = {{"checks", ft.checks}, {"seeding", ft.seeding},       {"lloyd", ft.lloyd}, {"setup", ft.setup}, {"upload", ft.upload},
                       {"iterations", ft.iterations}, {"finish", ft.finish}, {"total", ft.total}};
     j["seconds_per_iter"] = per_iter;
     j["ms_per_iter"] = per_iter * 1e3;

@@ -37,6 +37,7 @@ nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, int n_clusters, con
   times["seeding"] = r.times.seeding;
   times["lloyd"] = r.times.lloyd;
   times["setup"] = r.times.setup;
+  times["upload"] = r.times.upload;
   times["iterations"] = r.times.iterations;
   times["finish"] = r.times.finish;
   times["total"] = r.times.total;

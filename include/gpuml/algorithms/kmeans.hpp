@@ -110,7 +110,9 @@ inline constexpr std::int64_t kRowChunk = 1 << 15;
 /// Each column's smallest and largest value (over every rank's rows, in a distributed fit).
 struct ColumnRange {
   Eigen::RowVectorXd lowest, highest;
-  Eigen::RowVectorXd smallest;  ///< the smallest nonzero magnitude of each column (infinity: only zeros, or no rows)
+  /// The smallest nonzero magnitude of each column (infinity: only zeros, or no rows), where column_sums was asked
+  /// for it; else 0 (unknown, as if subnormal).
+  Eigen::RowVectorXd smallest;
 };
 
 /// Whether no value of X (whose columns `range` describes), of `shift` or of X - shift is subnormal in T: every
@@ -128,44 +130,52 @@ bool subnormal_free(const ColumnRange& range, const Eigen::Matrix<T, 1, Eigen::D
 
 /// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
 /// order (the result does not depend on the thread count). A distributed fit adds each rank's sums. With `range`,
-/// the same pass finds each column's extremes (of X; empty where X has no rows).
+/// the same pass finds each column's extremes (of X; empty where X has no rows) and, with `smallest`, each column's
+/// smallest nonzero magnitude (subnormal_free; it costs the pass about a third more).
 template <class M>
-Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr) {
+Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr,
+                               bool smallest = false) {
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
   constexpr double inf = std::numeric_limits<double>::infinity();
   // Per chunk: d sums, then (with a range) d lowest, d highest values and d smallest nonzero magnitudes.
   const std::int64_t width = range ? 4 * d : d;
   std::vector<double> part(static_cast<std::size_t>(chunks * width));
-  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-    double* s = part.data() + c * width;
-    double *lo = s + d, *hi = s + 2 * d, *small = s + 3 * d;
-    std::fill(s, s + d, 0.0);
-    if (range) {
-      std::fill(lo, lo + d, inf);
-      std::fill(hi, hi + d, -inf);
-      std::fill(small, small + d, inf);
-    }
-    for (std::int64_t i = begin; i < end; ++i)
-      for (std::int64_t f = 0; f < d; ++f) {
-        const double v = static_cast<double>(X(i, f));
-        if (center) {
-          const double dv = v - (*center)[f];
-          s[f] += dv * dv;
-        } else {
-          s[f] += v;
-        }
-        if (range) {
-          lo[f] = std::min(lo[f], v);
-          hi[f] = std::max(hi[f], v);
-          const double a = std::abs(v);
-          small[f] = std::min(small[f], a == 0 ? inf : a);
-        }
+  auto pass = [&](auto with_smallest) {
+    parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+      double* s = part.data() + c * width;
+      double *lo = s + d, *hi = s + 2 * d, *small = s + 3 * d;
+      std::fill(s, s + d, 0.0);
+      if (range) {
+        std::fill(lo, lo + d, inf);
+        std::fill(hi, hi + d, -inf);
+        std::fill(small, small + d, with_smallest ? inf : 0.0);
       }
-  });
+      for (std::int64_t i = begin; i < end; ++i)
+        for (std::int64_t f = 0; f < d; ++f) {
+          const double v = static_cast<double>(X(i, f));
+          if (center) {
+            const double dv = v - (*center)[f];
+            s[f] += dv * dv;
+          } else {
+            s[f] += v;
+          }
+          if (range) {
+            lo[f] = std::min(lo[f], v);
+            hi[f] = std::max(hi[f], v);
+            if constexpr (decltype(with_smallest)::value) {
+              const double a = std::abs(v);
+              small[f] = std::min(small[f], a == 0 ? inf : a);
+            }
+          }
+        }
+    });
+  };
+  if (range && smallest) pass(std::true_type{});
+  else pass(std::false_type{});
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
   if (range)
     *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
-                         Eigen::RowVectorXd::Constant(d, inf)};
+                         Eigen::RowVectorXd::Constant(d, smallest ? inf : 0.0)};
   for (std::int64_t c = 0; c < chunks; ++c) {
     const double* s = part.data() + c * width;
     for (std::int64_t f = 0; f < d; ++f) {

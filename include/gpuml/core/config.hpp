@@ -97,6 +97,13 @@ class Config {
   Upload upload() const { return upload_; }
   Config& set_upload(Upload u) { return upload_ = u, *this; }
 
+  /// k-means' X centred on the device after a plain upload, where the host cannot write device memory directly
+  /// (GPUML_DEVICE_CENTRING=1): the same rows bit for bit, the host only copying. Off by default while a
+  /// discrepancy seen with it on two and four GPUs in one process is open (docs/performance.md); uploads read in
+  /// place (Upload::imported) always centre on the device.
+  bool device_centring() const { return device_centring_; }
+  Config& set_device_centring(bool on) { return device_centring_ = on, *this; }
+
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 
   /// "123", "64K", "512M", "2G" (binary units) as a byte count, or nothing for anything else.
@@ -161,6 +168,7 @@ class Config {
     flag("GPUML_KNN_APPEND", c.knn_append_);
     flag("GPUML_KNN_COOP", c.knn_coop_);
     flag("GPUML_KMEANS_BOUNDS", c.kmeans_bounds_);
+    flag("GPUML_DEVICE_CENTRING", c.device_centring_);
     if (const char* v = env("GPUML_UPLOAD")) {
       const std::string_view u(v);
       if (u == "staged") c.upload_ = Upload::staged;
@@ -188,6 +196,7 @@ class Config {
   bool kmeans_bounds_ = true;
   std::uint64_t device_memory_limit_ = 0;
   Upload upload_ = Upload::staged;
+  bool device_centring_ = false;
 };
 
 namespace config_detail {

@@ -173,7 +173,9 @@ struct KMeansInputs {
     // The column sums give the finite check and, in the same pass, each column's range: a sum of finite floats in
     // double is finite, so only a non-finite sum needs the search for the first bad value (a double X may pass it).
     algorithms::ColumnRange range;
-    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range);
+    // Each column's smallest magnitude only where the rows may be centred on a device (subnormal_free below).
+    const bool smallest = config().device_centring() || config().upload() == Upload::imported;
+    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range, smallest);
     if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
     const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
@@ -235,8 +237,8 @@ class LocalRows {
     work();
   }
   Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
-                                 algorithms::ColumnRange* range = nullptr) const {
-    return algorithms::column_sums(X, center, range);
+                                 algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
+    return algorithms::column_sums(X, center, range, smallest);
   }
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
                                        const Eigen::RowVectorXi& exponents) const {
@@ -264,6 +266,12 @@ class LocalRows {
     int total = 0;
     for (const auto& r : resident_) total += r.uploads();
     return total;
+  }
+  /// The slowest device's time copying the samples (the devices copy at once).
+  double upload_seconds() const {
+    double longest = 0;
+    for (const auto& r : resident_) longest = std::max(longest, r.upload_seconds());
+    return longest;
   }
 
  private:
@@ -327,6 +335,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     fit.n_iter = best->n_iter;
     fit.n_init = in.n_init;
     fit.uploads = rows.uploads();
+    fit.times.upload = rows.upload_seconds();
     fit.iteration_seconds = best->iteration_seconds;
     fit.step_times = std::move(best->step_times);
     fit.times.total = seconds_since(fit_start);

@@ -13,6 +13,8 @@ struct FitTimes {
   double seeding = 0;     ///< initial centers, every run
   double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
   double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
+  double upload = 0;      ///< X's and the weights' copies to the devices, centring included (the slowest device's;
+                          ///< in the set-up, or in the seeding where k-means++ uploads first)
   double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
   double finish = 0;      ///< of which the final E-steps, inertia and labels
   double total = 0;       ///< the whole fit

@@ -12,6 +12,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -65,6 +66,9 @@ class ResidentSamples {
   /// How many times the samples were uploaded for the engines this served (the fit's statistics).
   int uploads() const noexcept { return uploads_; }
   void count_upload() noexcept { ++uploads_; }
+  /// Seconds spent copying samples and weights to the device (centring included), over every upload.
+  double upload_seconds() const noexcept { return upload_seconds_; }
+  void add_upload_seconds(double seconds) noexcept { upload_seconds_ += seconds; }
   void keep(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks) {
     device_ = &device;
     n_ = n;
@@ -77,6 +81,7 @@ class ResidentSamples {
   std::uint64_t n_ = 0, chunk_rows_ = 0;
   std::vector<ResidentChunk> chunks_;
   int uploads_ = 0;
+  double upload_seconds_ = 0;
 };
 
 inline constexpr std::uint32_t kShiftThreads = 256;
@@ -97,14 +102,15 @@ void record_shift_rows(vulkan::Device& device, vulkan::Commands& cmds, vulkan::B
   cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingShift, shift}}, push, gx, gy);
 }
 
-/// Whether rows of X go to `device` as they are and are centred there (record_shift_rows): where the host cannot
-/// write the device's memory directly (it stages, or the device reads the host memory in place) and X holds no
-/// subnormal. The host then only copies (or not even that), and the device's subtraction rounds as the host's.
+/// Whether rows of X go to `device` as they are and are centred there (record_shift_rows), where X holds no
+/// subnormal: always where the device reads the host memory in place, and where the host stages into memory it
+/// cannot map if Config::device_centring is on. The host then only copies (or not even that), and the device's
+/// subtraction rounds as the host's.
 template <class T>
 bool centres_on_device(const vulkan::Device& device, const ShiftedView<T>& X, const vulkan::Buffer& dst) {
   const bool contiguous = X.X.innerStride() == 1 && (X.X.outerStride() == X.cols() || X.rows() <= 1);
-  return X.shift && X.subnormal_free && contiguous && (!dst.mapped() || vulkan::uploads_in_place(device)) &&
-         (!std::is_same_v<T, double> || device.info().float64);
+  const bool raw_copy = vulkan::uploads_in_place(device) || (!dst.mapped() && config().device_centring());
+  return X.shift && X.subnormal_free && contiguous && raw_copy && (!std::is_same_v<T, double> || device.info().float64);
 }
 
 /// Rows [r0, r0 + rows) of X less its shift into `dst`: centred on the device where centres_on_device says so
@@ -150,8 +156,11 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
       shift.emplace(device.buffer(d * s));
       vulkan::upload(device, *shift, 0, X.shift, d * s);
     }
+    const auto copy_start = std::chrono::steady_clock::now();
     upload_centred_rows<T>(device, *x, X, r0, c.rows, shift ? &*shift : nullptr);
     if (w) vulkan::upload(device, *wb, 0, w + r0, c.rows * s);
+    if (resident)
+      resident->add_upload_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count());
     c.x = std::move(x);
     c.w = std::move(wb);
     chunks.push_back(std::move(c));

@@ -466,9 +466,11 @@ class RankRows {
   void guarded(Work&& work) const {
     comm_.guarded(std::forward<Work>(work));
   }
+  /// `smallest` may differ between ranks (each rank's configuration): a rank that did not look offers 0, so the
+  /// minimum says "unknown" on every rank.
   Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
-                                 algorithms::ColumnRange* range = nullptr) const {
-    const Eigen::RowVectorXd local = algorithms::column_sums(X, center, range);
+                                 algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
+    const Eigen::RowVectorXd local = algorithms::column_sums(X, center, range, smallest);
     std::vector<double> v(local.data(), local.data() + local.size());
     comm_.sum(v);
     if (range) {  // extremes over every rank (a rank without rows offers +inf and -inf)
@@ -568,6 +570,7 @@ class RankRows {
     return static_cast<int>(std::count(seen.begin(), seen.end(), 1));
   }
   int uploads() const { return 0; }
+  double upload_seconds() const { return 0; }
 
  private:
   /// This rank's rows less the mean, copied once: the distributed engines read a plain matrix.
