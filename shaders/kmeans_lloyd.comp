@@ -229,6 +229,10 @@ void append_gathered(uint keep) {
   const uint t = gl_LocalInvocationID.x;
   barrier();
   const uint count = gathered_count;
+  // Every invocation reads the count before any adds to it again: a subgroup that returned here would go on to the
+  // next round's atomicAdd while a slower one had yet to read, which then saw another count and went into the
+  // branch below alone (its barriers met by the others' next ones: rows lost from the list or listed twice).
+  barrier();
   if (count <= keep) return;
   if (t == 0u) {
     appended_at = 1u + atomicAdd(listed[0], count);

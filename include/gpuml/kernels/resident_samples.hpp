@@ -125,6 +125,7 @@ void upload_centred_rows(vulkan::Device& device, const vulkan::Buffer& dst, cons
   }
   vulkan::upload_rows<T>(device, dst, 0, X.X, first, end);
   vulkan::Commands cmds(device);
+  cmds.barrier();  // the copies of earlier submissions, visible to the shader
   record_shift_rows<T>(device, cmds, dst, *shift, rows, static_cast<std::uint32_t>(X.cols()));
   cmds.submit_and_wait();
 }
