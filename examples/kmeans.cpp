@@ -322,6 +322,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
         j["device_e_step_each_ms"] = dt.e_step_each_ms;
         j["device_searched_each"] = dt.e_step_searched;
         j["device_moved_steps"] = dt.moved_steps;  // steps whose search moved the changed labels' terms
+        if (!dt.shard_e_step_ms.empty()) j["device_shard_e_step_ms"] = dt.shard_e_step_ms;  // each device's total
       }
       if (dt.label_steps > 0 && dt.labels_ms >= 0) j["device_labels_ms"] = dt.labels_ms / dt.label_steps;
     }

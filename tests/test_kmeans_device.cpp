@@ -955,6 +955,13 @@ TYPED_TEST(KMeansDeviceTest, RowsShardedAcrossDevicesGiveTheOneDeviceFitBitForBi
         EXPECT_EQ(many.n_iter(), one.n_iter()) << where;
         EXPECT_EQ(many.inertia(), one.inertia()) << where;
         EXPECT_TRUE((many.cluster_centers().array() == one.cluster_centers().array()).all()) << where;
+        // The sharded engine's timing: one total per device, as many steps as the fit's, and the bounded step's
+        // searched samples of every shard adding up to one device's (each sample's bounds are its own).
+        const auto& times = many.step_times();
+        EXPECT_EQ(times.shard_e_step_ms.size(), sharded.device_count()) << where;
+        EXPECT_EQ(times.e_steps, one.step_times().e_steps) << where;
+        EXPECT_EQ(times.e_step_each_ms.size(), one.step_times().e_step_each_ms.size()) << where;
+        EXPECT_TRUE(times.e_step_searched == one.step_times().e_step_searched) << where;
       }
     }
   }

@@ -731,6 +731,41 @@ class ShardedLloydEngine {
     each([&](std::size_t s) { shards_[s]->assign(C); });
   }
 
+  /// The shards' device timing as one engine's, where the engines keep one: per step the slowest shard's E-step
+  /// (the devices' critical path; the step's wall time less it is the host's part), every shard's searched samples
+  /// added, and each shard's total in shard_e_step_ms. Negative times: a device without timestamps.
+  StepTimes step_times() const
+    requires requires(const Engine& e) { { e.step_times() } -> std::convertible_to<StepTimes>; }
+  {
+    StepTimes out;
+    const StepTimes& lead = shards_.front()->step_times();
+    out.e_steps = lead.e_steps;
+    out.label_steps = lead.label_steps;
+    out.e_step_each_ms.assign(lead.e_step_each_ms.size(), 0.0);
+    bool timed = true;
+    for (const auto& shard : shards_) {
+      const StepTimes& t = shard->step_times();
+      out.shard_e_step_ms.push_back(t.e_step_ms);
+      timed = timed && t.e_step_ms >= 0 && t.e_step_each_ms.size() == out.e_step_each_ms.size();
+      for (std::size_t i = 0; i < std::min(t.e_step_each_ms.size(), out.e_step_each_ms.size()); ++i) {
+        timed = timed && t.e_step_each_ms[i] >= 0;
+        out.e_step_each_ms[i] = std::max(out.e_step_each_ms[i], t.e_step_each_ms[i]);
+      }
+      if (out.e_step_searched.size() < t.e_step_searched.size()) out.e_step_searched.resize(t.e_step_searched.size(), 0);
+      for (std::size_t i = 0; i < t.e_step_searched.size(); ++i) out.e_step_searched[i] += t.e_step_searched[i];
+      out.reduce_ms = std::max(out.reduce_ms, t.reduce_ms);
+      out.labels_ms = std::max(out.labels_ms, t.labels_ms);
+      out.moved_steps = std::max(out.moved_steps, t.moved_steps);
+    }
+    out.e_step_ms = 0;
+    for (const double ms : out.e_step_each_ms) out.e_step_ms += ms;
+    if (!timed) {
+      out.e_step_ms = -1;
+      out.e_step_each_ms.assign(out.e_step_each_ms.size(), -1.0);
+    }
+    return out;
+  }
+
   ExactSum inertia(const Matrix<T>& C) {
     std::vector<ExactSum> parts(shards_.size());
     each([&](std::size_t s) { parts[s] = shards_[s]->inertia(C); });

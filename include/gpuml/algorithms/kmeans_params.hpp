@@ -60,6 +60,9 @@ struct StepTimes {
   int stage_timed_steps = 0;
   /// Bounded E-steps whose search moved the changed samples' terms between the exact sums (no sums stage).
   int moved_steps = 0;
+  /// Rows sharded across devices: each shard's E-step time summed over its steps with partial sums (e_step_each_ms
+  /// then holds the slowest shard's per step, and e_step_searched every shard's samples added); empty otherwise.
+  std::vector<double> shard_e_step_ms;
 };
 
 }  // namespace gpuml::algorithms
