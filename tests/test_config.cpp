@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,11 +43,14 @@ TEST(Config, OneGrammarForEverySwitch) {
 }
 
 TEST(Config, DefaultsWithoutTheEnvironment) {
+  // ScopedEnv restores its variable when destroyed: reserved up front, none is moved (and restored) early.
+  const char* const names[] = {"GPUML_DEVICE", "GPUML_NUM_THREADS", "GPUML_VALIDATION", "GPUML_PIPELINE_CACHE",
+                               "GPUML_TUNING", "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE",
+                               "GPUML_KNN_APPEND", "GPUML_KNN_COOP", "GPUML_DEVICE_MEMORY_LIMIT", "GPUML_UPLOAD",
+                               "GPUML_DEVICE_CENTRING"};
   std::vector<ScopedEnv> cleared;
-  cleared.reserve(12);
-  for (const char* name : {"GPUML_DEVICE", "GPUML_NUM_THREADS", "GPUML_VALIDATION", "GPUML_PIPELINE_CACHE", "GPUML_TUNING",
-                           "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE", "GPUML_KNN_APPEND", "GPUML_KNN_COOP",
-                           "GPUML_DEVICE_MEMORY_LIMIT", "GPUML_UPLOAD", "GPUML_DEVICE_CENTRING"})
+  cleared.reserve(std::size(names));
+  for (const char* name : names)
     cleared.emplace_back(name, std::nullopt);
   ScopedEnv cache("GPUML_CACHE_DIR", std::nullopt), xdg("XDG_CACHE_HOME", "/tmp/xdg-gpuml-test");
   const gpuml::Config c = read();
