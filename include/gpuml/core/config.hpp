@@ -27,7 +27,6 @@ inline std::optional<bool> parse_switch(std::string_view text) {
 /// Whether the Khronos validation layer is enabled, and whether any message fails the process.
 enum class Validation { off, on, strict };
 
-/// Every knob of gpuml. Defaults are gpuml's; Config::from_environment() applies the GPUML_* variables on top.
 /// How uploads read ordinary host memory (Config::upload). The bytes on the device are the same either way.
 enum class Upload {
   staged,    ///< copied by the host into staging buffers the device copies from (or into mapped device memory)
@@ -36,6 +35,7 @@ enum class Upload {
              ///< measured (docs/performance.md), so it is not the default
 };
 
+/// Every knob of gpuml. Defaults are gpuml's; Config::from_environment() applies the GPUML_* variables on top.
 class Config {
  public:
   /// The device choice of the process default backend (see select.hpp): "auto", "gpu", "host", "N", a name.
@@ -103,6 +103,8 @@ class Config {
   /// place (Upload::imported) always centre on the device.
   bool device_centring() const { return device_centring_; }
   Config& set_device_centring(bool on) { return device_centring_ = on, *this; }
+  /// Whether any upload may centre k-means' rows on a device (device_centring, or uploads read in place).
+  bool may_centre_on_device() const { return device_centring_ || upload_ == Upload::imported; }
 
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 

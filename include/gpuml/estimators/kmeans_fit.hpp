@@ -174,8 +174,7 @@ struct KMeansInputs {
     // double is finite, so only a non-finite sum needs the search for the first bad value (a double X may pass it).
     algorithms::ColumnRange range;
     // Each column's smallest magnitude only where the rows may be centred on a device (subnormal_free below).
-    const bool smallest = config().device_centring() || config().upload() == Upload::imported;
-    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range, smallest);
+    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range, config().may_centre_on_device());
     if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
     const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
@@ -215,6 +214,12 @@ struct KMeansInputs {
     mean = mean_d.template cast<T>();
     frame = algorithms::SumFrame::of<T>(range, mean, weights.largest, n);
     subnormal_free = algorithms::subnormal_free<T>(range, mean);
+  }
+  /// X less its mean, as the engines read it (with what the checks found about subnormals).
+  ShiftedView<T> centred(MatrixView<T> X) const {
+    ShiftedView<T> Xc(X, mean.data());
+    Xc.subnormal_free = subnormal_free;
+    return Xc;
   }
   KMeansInputs(const KMeansInputs&) = delete;
   KMeansInputs& operator=(const KMeansInputs&) = delete;
@@ -299,8 +304,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
     const int k = p.n_clusters;
     // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
-    ShiftedView<T> Xc(X, in.mean.data());
-    Xc.subnormal_free = in.subnormal_free;
+    const ShiftedView<T> Xc = in.centred(X);
     Matrix<T> init_c;
     if (p.init_centers) init_c = p.init_centers->template cast<T>().rowwise() - in.mean;
     KMeansFit<T> fit;
@@ -379,8 +383,7 @@ std::vector<std::int64_t> kmeans_starting_samples(const Backend& backend, Matrix
   checks::non_empty(X, "X");
   detail::LocalRows<T> rows(backend, Policy::fixed_tile);
   const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
-  ShiftedView<T> Xc(X, in.mean.data());
-  Xc.subnormal_free = in.subnormal_free;
+  const ShiftedView<T> Xc = in.centred(X);
   std::vector<std::int64_t> chosen;
   rows.starting_centers(Xc, in.w, p, random_state, in.frame, &chosen);
   return chosen;

@@ -131,10 +131,7 @@ inline std::vector<std::uint32_t> run_components(vulkan::Device& device, const s
 
   auto record = [&](vulkan::Commands& cmds, const vulkan::KernelRef& kernel, const Piece* piece) {
     const std::uint64_t items = piece ? piece->edges : n;
-    const std::uint64_t groups = ceil_div(items, kThreads);
-    const std::uint64_t gx = std::min<std::uint64_t>(groups, info.max_workgroup_count[0]);
-    const std::uint64_t gy = ceil_div(groups, gx);
-    if (gy > info.max_workgroup_count[1]) throw unsupported("DBSCAN's components: a piece exceeds the dispatch grid");
+    const LinearGrid grid = linear_grid(info, ceil_div(items, kThreads), "DBSCAN's components");
     const Piece& bound = piece ? *piece : pieces.front();
     const shader::Push push{.n = std::uint32_t(n), .row0 = std::uint32_t(bound.row0), .rows = std::uint32_t(bound.rows),
                             .edges = std::uint32_t(bound.edges)};
@@ -142,7 +139,7 @@ inline std::vector<std::uint32_t> run_components(vulkan::Device& device, const s
                   {{shader::kBindingLabels, labels}, {shader::kBindingOffsets, bound.offsets()},
                    {shader::kBindingIndices, bound.indices()}, {shader::kBindingChanged, changed},
                    {shader::kBindingPosition, positions}},
-                  push, std::uint32_t(gx), std::uint32_t(gy));
+                  push, grid.x, grid.y);
     cmds.barrier();
   };
 

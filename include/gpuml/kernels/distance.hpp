@@ -35,11 +35,9 @@ void record_row_sq_norms(vulkan::Device& device, vulkan::Commands& cmds, vulkan:
   namespace shader = shader_interface::row_sq_norms;
   const auto& k =
       device.kernel(shaders::row_sq_norms_kernel::spec<T>(spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kNormThreads}})));
-  const auto groups = static_cast<std::uint32_t>(ceil_div(rows, kNormThreads));
-  const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
-  const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
+  const LinearGrid grid = linear_grid(device.info(), ceil_div(rows, kNormThreads), "row_sq_norms");
   const shader::Push push{.rows = rows, .cols = cols};
-  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingNorms, out}}, push, gx, gy);
+  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingNorms, out}}, push, grid.x, grid.y);
 }
 
 /// Splits `rows` rows of `row_bytes` each into blocks no larger than `max_bytes` (at least one row per block).

@@ -143,13 +143,13 @@ void record_half_rows(vulkan::Device& device, vulkan::Commands& cmds, const vulk
                       const vulkan::Buffer& out, const vulkan::Buffer* terms) {
   const half_interface::Push push{.n = std::uint32_t(n), .d = std::uint32_t(d), .dpad = std::uint32_t(ceil_div(d, 16) * 16),
                                   .rows_out = std::uint32_t(rows_out), .scale = scale, .terms = terms ? 1u : 0u};
-  const std::uint64_t groups = ceil_div(rows_out * push.dpad / 2, half_interface::kPairsPerGroup);
-  const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(groups, device.info().max_workgroup_count[0]));
+  const LinearGrid grid = linear_grid(device.info(), ceil_div(rows_out * push.dpad / 2, half_interface::kPairsPerGroup),
+                                      "k-NN's float16 copy");
   namespace shader = half_interface;
   cmds.dispatch(half,
                 {{shader::kBindingRows, x}, {shader::kBindingNorms, norms}, {shader::kBindingHalf, out},
                  {shader::kBindingTerms, terms ? *terms : norms}},
-                push, gx, static_cast<std::uint32_t>(ceil_div(groups, gx)));
+                push, grid.x, grid.y);
 }
 
 /// Database rows per block: one storage-buffer binding, and at most a quarter of the device's memory (or of

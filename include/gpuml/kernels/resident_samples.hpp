@@ -95,11 +95,9 @@ void record_shift_rows(vulkan::Device& device, vulkan::Commands& cmds, vulkan::B
   if (elements > UINT32_MAX) throw error("shift_rows: a block of more than 2^32 values");
   const auto& k = device.kernel(
       shaders::shift_rows_kernel::spec<T>(spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kShiftThreads}})));
-  const auto groups = static_cast<std::uint32_t>(ceil_div(elements, kShiftThreads));
-  const std::uint32_t gx = std::min(groups, device.info().max_workgroup_count[0]);
-  const auto gy = static_cast<std::uint32_t>(ceil_div(groups, gx));
+  const LinearGrid grid = linear_grid(device.info(), ceil_div(elements, kShiftThreads), "shift_rows");
   const shader::Push push{.elements = static_cast<std::uint32_t>(elements), .cols = cols};
-  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingShift, shift}}, push, gx, gy);
+  cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingShift, shift}}, push, grid.x, grid.y);
 }
 
 /// Whether rows of X go to `device` as they are and are centred there (record_shift_rows), where X holds no
@@ -109,6 +107,7 @@ void record_shift_rows(vulkan::Device& device, vulkan::Commands& cmds, vulkan::B
 template <class T>
 bool centres_on_device(const vulkan::Device& device, const ShiftedView<T>& X, const vulkan::Buffer& dst) {
   const bool contiguous = X.X.innerStride() == 1 && (X.X.outerStride() == X.cols() || X.rows() <= 1);
+  // Only where Config::may_centre_on_device holds, which is where the checks look for subnormals.
   const bool raw_copy = vulkan::uploads_in_place(device) || (!dst.mapped() && config().device_centring());
   return X.shift && X.subnormal_free && contiguous && raw_copy && (!std::is_same_v<T, double> || device.info().float64);
 }

@@ -7,6 +7,7 @@
 #include <gpuml/core/error.hpp>
 #include <gpuml/vulkan/instance.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -16,6 +17,18 @@
 namespace gpuml::kernels {
 
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+/// The dispatch grid of `groups` workgroups numbered by common.glsl's linear_group_id(): rows of at most
+/// maxComputeWorkGroupCount[0] groups. More rows than maxComputeWorkGroupCount[1] throw unsupported naming `what`.
+struct LinearGrid {
+  std::uint32_t x = 1, y = 0;
+};
+inline LinearGrid linear_grid(const vulkan::DeviceInfo& device, std::uint64_t groups, const std::string& what) {
+  const std::uint64_t x = std::max<std::uint64_t>(1, std::min<std::uint64_t>(groups, device.max_workgroup_count[0]));
+  const std::uint64_t y = ceil_div(groups, x);
+  if (y > device.max_workgroup_count[1]) throw unsupported(what + ": " + std::to_string(groups) + " workgroups exceed the dispatch grid");
+  return {static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(y)};
+}
 
 /// Device memory a kernel may plan with: what the device reports, capped by Config::device_memory_limit (0: no
 /// known bound).
