@@ -67,7 +67,7 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   EXPECT_TRUE(c.knn_coop());
   EXPECT_EQ(c.device_memory_limit(), 0u);
   EXPECT_EQ(c.upload(), gpuml::Upload::staged);
-  EXPECT_FALSE(c.device_centring());
+  EXPECT_TRUE(c.device_centring());
 }
 
 TEST(Config, EveryVariableFeedsItsKnob) {
@@ -75,7 +75,7 @@ TEST(Config, EveryVariableFeedsItsKnob) {
       cache("GPUML_CACHE_DIR", "/tmp/c"), pipelines("GPUML_PIPELINE_CACHE", "off"), tuning("GPUML_TUNING", "false"),
       kmeans("GPUML_KMEANS_TILE", "64,4,4,8,128"), knn("GPUML_KNN_TILE", "8,8,4,4,8"), sample("GPUML_KNN_SAMPLE", "0"),
       append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0"), memory("GPUML_DEVICE_MEMORY_LIMIT", "3M"),
-      upload("GPUML_UPLOAD", "imported"), centring("GPUML_DEVICE_CENTRING", "on");
+      upload("GPUML_UPLOAD", "imported"), centring("GPUML_DEVICE_CENTRING", "off");
   const gpuml::Config c = read();
   EXPECT_EQ(c.device(), "integrated");
   EXPECT_EQ(c.num_threads(), 3);
@@ -90,7 +90,7 @@ TEST(Config, EveryVariableFeedsItsKnob) {
   EXPECT_FALSE(c.knn_coop());
   EXPECT_EQ(c.device_memory_limit(), 3u << 20);
   EXPECT_EQ(c.upload(), gpuml::Upload::imported);
-  EXPECT_TRUE(c.device_centring());
+  EXPECT_FALSE(c.device_centring());
   ScopedEnv on("GPUML_VALIDATION", "yes");
   EXPECT_EQ(read().validation(), gpuml::Validation::on);
 }

@@ -789,6 +789,30 @@ TYPED_TEST(KMeansDeviceTest, EnginesOfOneFitShareTheSamples) {
   }
 }
 
+// A fit's samples leave the device on a thread of their own once its ResidentSamples goes (Device::release_later),
+// and are gone before the device's next allocation.
+TEST(KMeansDevice, ResidentSamplesAreFreedBeforeTheNextAllocation) {
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Matrix<float> X = random_matrix<float>(3001, 5, 790, -2.0, 2.0);
+    const Eigen::VectorXf w = random_matrix<float>(3001, 1, 791, 0.5, 2.0).col(0);
+    const Eigen::Matrix<float, 1, Eigen::Dynamic> shift = X.colwise().mean();
+    const gpuml::ShiftedView<float> Xc(X, shift.data());
+    std::weak_ptr<const gpuml::vulkan::Buffer> x, weights;
+    {
+      gpuml::kernels::ResidentSamples<float> resident;
+      gpuml::algorithms::NumpyRandomState random(gpuml::testing::test_seed() + 792);
+      gpuml::kernels::kmeans_plus_plus<float>(device, Xc, w, 4, random, 0, &resident);
+      ASSERT_EQ(resident.chunks().size(), 1u);
+      x = resident.chunks()[0].x;
+      weights = resident.chunks()[0].w;
+    }
+    const auto next = device.buffer(64);
+    EXPECT_TRUE(x.expired()) << "the samples outlived the next allocation";
+    EXPECT_TRUE(weights.expired());
+  }
+}
+
 TEST(KMeansDevice, PlusPlusIsBitwiseRepeatable) {
   for (const auto& dev : devices()) {
     const Matrix<float> X = blobs<float>(6007, 9, 17, 740, 3.0);

@@ -128,65 +128,109 @@ bool subnormal_free(const ColumnRange& range, const Eigen::Matrix<T, 1, Eigen::D
   return true;
 }
 
-/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, added in chunk
-/// order (the result does not depend on the thread count). A distributed fit adds each rank's sums. With `range`,
-/// the same pass finds each column's extremes (of X; empty where X has no rows) and, with `smallest`, each column's
-/// smallest nonzero magnitude (subnormal_free; it costs the pass about a third more).
+/// Lanes per row block of the column passes below: where X's rows are contiguous, a chunk is read as runs of
+/// kLaneRows whole rows, one accumulator per value of the run (lane j holds column j % d), so the inner loop is a flat
+/// loop the compiler vectorises whatever d is. Wider rows are read row by row (lane j is column j).
+inline constexpr std::int64_t kLaneRows = 8;
+inline constexpr std::int64_t kLaneRowsUpTo = 256;  // columns; beyond, a row alone is long enough to vectorise
+
+/// The accumulators a column pass keeps per chunk of X: kLaneRows * d or d.
+template <class M>
+std::int64_t column_lanes(const M& X) {
+  const std::int64_t d = X.cols();
+  return (X.outerStride() == d && d <= kLaneRowsUpTo) ? kLaneRows * d : d;
+}
+
+/// Calls run(values, count) over rows [begin, end) of X in the lanes of column_lanes(X): values[j] belongs to lane j
+/// (count: a whole number of rows, at most column_lanes(X) values).
+template <class M, class Run>
+void for_each_lane_run(const M& X, std::int64_t begin, std::int64_t end, Run&& run) {
+  const std::int64_t d = X.cols(), lanes = column_lanes(X), rows_per_run = lanes / std::max<std::int64_t>(d, 1);
+  std::int64_t i = begin;
+  for (; rows_per_run > 1 && i + rows_per_run <= end; i += rows_per_run) run(X.data() + i * X.outerStride(), lanes);
+  for (; i < end; ++i) run(X.data() + i * X.outerStride(), d);
+}
+
+/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, and within a chunk by
+/// lanes (column_lanes), the chunks added in order (the result does not depend on the thread count; a fit uses these
+/// sums only to find a non-finite value, its mean comes from exact_column_sums). A distributed fit adds each rank's
+/// sums. With `range`, the same pass finds each column's extremes (of X; empty where X has no rows) and, with
+/// `smallest`, each column's smallest nonzero magnitude (subnormal_free).
 template <class M>
 Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr,
                                bool smallest = false) {
-  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk, lanes = column_lanes(X);
   constexpr double inf = std::numeric_limits<double>::infinity();
   // Per chunk: d sums, then (with a range) d lowest, d highest values and d smallest nonzero magnitudes.
   const std::int64_t width = range ? 4 * d : d;
   std::vector<double> part(static_cast<std::size_t>(chunks * width));
-  auto pass = [&](auto with_smallest) {
+  std::vector<double> lane_center(static_cast<std::size_t>(center ? lanes : 0));
+  for (std::int64_t j = 0; j < static_cast<std::int64_t>(lane_center.size()); ++j) lane_center[j] = (*center)[j % d];
+  auto pass = [&](auto with_center, auto with_range, auto with_smallest) {
     parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-      double* s = part.data() + c * width;
-      double *lo = s + d, *hi = s + 2 * d, *small = s + 3 * d;
-      std::fill(s, s + d, 0.0);
-      if (range) {
-        std::fill(lo, lo + d, inf);
-        std::fill(hi, hi + d, -inf);
-        std::fill(small, small + d, with_smallest ? inf : 0.0);
-      }
-      for (std::int64_t i = begin; i < end; ++i)
-        for (std::int64_t f = 0; f < d; ++f) {
-          const double v = static_cast<double>(X(i, f));
-          if (center) {
-            const double dv = v - (*center)[f];
-            s[f] += dv * dv;
+      std::vector<double> acc(static_cast<std::size_t>(4 * lanes));
+      double *s = acc.data(), *lo = s + lanes, *hi = lo + lanes, *small = hi + lanes;
+      std::fill(lo, lo + lanes, inf);
+      std::fill(hi, hi + lanes, -inf);
+      std::fill(small, small + lanes, with_smallest ? inf : 0.0);
+      const double* ctr = lane_center.data();
+      for_each_lane_run(X, begin, end, [&](const auto* v, std::int64_t count) {
+        for (std::int64_t j = 0; j < count; ++j) {
+          const double x = static_cast<double>(v[j]);
+          if constexpr (decltype(with_center)::value) {
+            const double dx = x - ctr[j];
+            s[j] += dx * dx;
           } else {
-            s[f] += v;
+            s[j] += x;
           }
-          if (range) {
-            lo[f] = std::min(lo[f], v);
-            hi[f] = std::max(hi[f], v);
+          if constexpr (decltype(with_range)::value) {
+            lo[j] = x < lo[j] ? x : lo[j];
+            hi[j] = x > hi[j] ? x : hi[j];
             if constexpr (decltype(with_smallest)::value) {
-              const double a = std::abs(v);
-              small[f] = std::min(small[f], a == 0 ? inf : a);
+              const double a = std::abs(x), m = a == 0 ? inf : a;
+              small[j] = m < small[j] ? m : small[j];
             }
           }
         }
+      });
+      double* out = part.data() + c * width;
+      std::fill(out, out + d, 0.0);
+      for (std::int64_t j = 0; j < lanes; ++j) out[j % d] += s[j];
+      if (range) {
+        double *olo = out + d, *ohi = out + 2 * d, *osmall = out + 3 * d;
+        std::fill(olo, olo + d, inf);
+        std::fill(ohi, ohi + d, -inf);
+        std::fill(osmall, osmall + d, with_smallest ? inf : 0.0);
+        for (std::int64_t j = 0; j < lanes; ++j) {
+          olo[j % d] = std::min(olo[j % d], lo[j]);
+          ohi[j % d] = std::max(ohi[j % d], hi[j]);
+          osmall[j % d] = std::min(osmall[j % d], small[j]);
+        }
+      }
     });
   };
-  if (range && smallest) pass(std::true_type{});
-  else pass(std::false_type{});
+  using yes = std::true_type;
+  using no = std::false_type;
+  if (center && range && smallest) pass(yes{}, yes{}, yes{});
+  else if (center) pass(yes{}, yes{}, no{});
+  else if (range && smallest) pass(no{}, yes{}, yes{});
+  else if (range) pass(no{}, yes{}, no{});
+  else pass(no{}, no{}, no{});
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
-  if (range)
-    *range = ColumnRange{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
-                         Eigen::RowVectorXd::Constant(d, smallest ? inf : 0.0)};
+  ColumnRange found{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
+                    Eigen::RowVectorXd::Constant(d, smallest ? inf : 0.0)};
   for (std::int64_t c = 0; c < chunks; ++c) {
     const double* s = part.data() + c * width;
     for (std::int64_t f = 0; f < d; ++f) {
       total[f] += s[f];
       if (range) {
-        range->lowest[f] = std::min(range->lowest[f], s[d + f]);
-        range->highest[f] = std::max(range->highest[f], s[2 * d + f]);
-        range->smallest[f] = std::min(range->smallest[f], s[3 * d + f]);
+        found.lowest[f] = std::min(found.lowest[f], s[d + f]);
+        found.highest[f] = std::max(found.highest[f], s[2 * d + f]);
+        found.smallest[f] = std::min(found.smallest[f], s[3 * d + f]);
       }
     }
   }
+  if (range) *range = std::move(found);
   return total;
 }
 
@@ -261,36 +305,47 @@ inline Eigen::RowVectorXd column_bounds(const ColumnRange& range, const Eigen::R
   return bound;
 }
 
-/// ExactColumnSums of X's rows (or of (X - center)^2) with the given exponents, by chunks of rows on the host threads.
+/// ExactColumnSums of X's rows (or of (X - center)^2) with the given exponents, by chunks of rows on the host threads
+/// and within a chunk by lanes (column_lanes): integer sums, so neither cut changes them.
 template <class M>
 ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, const Eigen::RowVectorXi& exponents) {
-  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk;
-  Eigen::RowVectorXd scale(d);
-  for (Eigen::Index f = 0; f < d; ++f) scale[f] = std::ldexp(1.0, exponents[f]);
+  const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk, lanes = column_lanes(X);
+  std::vector<double> lane_scale(static_cast<std::size_t>(lanes)), lane_center(static_cast<std::size_t>(lanes), 0.0);
+  for (std::int64_t j = 0; j < lanes; ++j) {
+    lane_scale[j] = std::ldexp(1.0, exponents[j % d]);
+    if (center) lane_center[j] = (*center)[j % d];
+  }
   constexpr double kFraction = 4294967296.0, kShift = 6755399441055744.0;  // 2^32, 1.5 * 2^52
   std::vector<Eigen::Matrix<std::int64_t, 2, Eigen::Dynamic>> part(static_cast<std::size_t>(chunks));
-  parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-    // Integers below 2^52 in double: this chunk's sums are exact.
-    Eigen::RowVectorXd whole = Eigen::RowVectorXd::Zero(d), fraction = Eigen::RowVectorXd::Zero(d);
-    for (std::int64_t i = begin; i < end; ++i)
-      for (std::int64_t f = 0; f < d; ++f) {
-        double v = static_cast<double>(X(i, f));
-        if (center) {
-          v -= (*center)[f];
-          v *= v;
+  auto pass = [&](auto with_center) {
+    parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
+      // Integers below 2^52 in double: this chunk's sums, and so each lane's, are exact.
+      std::vector<double> acc(static_cast<std::size_t>(2 * lanes), 0.0);
+      double *whole = acc.data(), *fraction = whole + lanes;
+      const double *scale = lane_scale.data(), *ctr = lane_center.data();
+      for_each_lane_run(X, begin, end, [&](const auto* values, std::int64_t count) {
+        for (std::int64_t j = 0; j < count; ++j) {
+          double v = static_cast<double>(values[j]);
+          if constexpr (decltype(with_center)::value) {
+            v -= ctr[j];
+            v *= v;
+          }
+          // |y| <= 2^37 and its fraction times 2^32 below 2^31: both round by the shift of round_to_even.
+          const double y = v * scale[j], r = (y + kShift) - kShift;
+          whole[j] += r;
+          fraction[j] += ((y - r) * kFraction + kShift) - kShift;
         }
-        // |y| <= 2^37 and its fraction times 2^32 below 2^31: both round by the shift of round_to_even.
-        const double y = v * scale[f], r = (y + kShift) - kShift;
-        whole[f] += r;
-        fraction[f] += ((y - r) * kFraction + kShift) - kShift;
+      });
+      auto& out = part[static_cast<std::size_t>(c)];
+      out.setZero(2, d);
+      for (std::int64_t j = 0; j < lanes; ++j) {
+        out(0, j % d) += static_cast<std::int64_t>(whole[j]);
+        out(1, j % d) += static_cast<std::int64_t>(fraction[j]);
       }
-    auto& out = part[static_cast<std::size_t>(c)];
-    out.resize(2, d);
-    for (std::int64_t f = 0; f < d; ++f) {
-      out(0, f) = static_cast<std::int64_t>(whole[f]);
-      out(1, f) = static_cast<std::int64_t>(fraction[f]);
-    }
-  });
+    });
+  };
+  if (center) pass(std::true_type{});
+  else pass(std::false_type{});
   ExactColumnSums sums;
   sums.whole.setZero(d);
   sums.fraction.setZero(d);

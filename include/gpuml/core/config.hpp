@@ -98,9 +98,8 @@ class Config {
   Config& set_upload(Upload u) { return upload_ = u, *this; }
 
   /// k-means' X centred on the device after a plain upload, where the host cannot write device memory directly
-  /// (GPUML_DEVICE_CENTRING=1): the same rows bit for bit, the host only copying. Off by default while a
-  /// discrepancy seen with it on two and four GPUs in one process is open (docs/performance.md); uploads read in
-  /// place (Upload::imported) always centre on the device.
+  /// (on by default; GPUML_DEVICE_CENTRING=0 centres on the host while staging): the same rows bit for bit, the
+  /// host only copying. Uploads read in place (Upload::imported) always centre on the device.
   bool device_centring() const { return device_centring_; }
   Config& set_device_centring(bool on) { return device_centring_ = on, *this; }
   /// Whether any upload may centre k-means' rows on a device (device_centring, or uploads read in place).
@@ -198,7 +197,7 @@ class Config {
   bool kmeans_bounds_ = true;
   std::uint64_t device_memory_limit_ = 0;
   Upload upload_ = Upload::staged;
-  bool device_centring_ = false;
+  bool device_centring_ = true;
 };
 
 namespace config_detail {

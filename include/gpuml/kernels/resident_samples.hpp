@@ -56,6 +56,15 @@ struct ResidentChunk {
 template <class T>
 class ResidentSamples {
  public:
+  ResidentSamples() = default;
+  ResidentSamples(ResidentSamples&&) noexcept = default;
+  ResidentSamples& operator=(ResidentSamples&&) = delete;
+  /// The samples' device memory is freed off the caller's thread (Device::release_later): a fit returns without
+  /// waiting for gigabytes to be released.
+  ~ResidentSamples() {
+    if (device_ && !chunks_.empty())
+      device_->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks_)));
+  }
   /// The chunks of `chunk_rows` rows of n samples on `device`, where this holds them; else empty.
   std::vector<ResidentChunk> take(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) const {
     if (device_ != &device || n_ != n || chunk_rows_ != chunk_rows) return {};

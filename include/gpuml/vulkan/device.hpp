@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -170,6 +171,7 @@ class Device {
   /// still held by statics: that hook is registered after the driver's own, so it runs before the driver's
   /// teardown, while static destructors may run after it (a segfault seen with NVIDIA's driver).
   void release() {
+    wait_for_releases();  // before the driver's teardown, even at exit: no thread may outlive the device
     if (!device_ || process_exiting()) return;
     // An application's device may be busy with the application's own work (and waiting on it all would need every
     // queue of it): gpuml's own submissions are complete, each having waited on its fence.
@@ -213,12 +215,30 @@ class Device {
 
   /// `with_transfer_queue`: the buffer is also used on transfer_queue() (shared concurrently; where there is one).
   Buffer buffer(VkDeviceSize bytes, MemoryUse use = MemoryUse::device, bool with_transfer_queue = false) const {
+    wait_for_releases();  // memory still being freed counts against this allocation
     if (info_.max_allocation_size && bytes > info_.max_allocation_size)
       throw unsupported("a buffer of " + std::to_string(bytes) + " bytes exceeds this device's maxMemoryAllocationSize (" +
                         std::to_string(info_.max_allocation_size) + ")");
     if (with_transfer_queue && transfer_queue_)
       return Buffer(device_, memory_, bytes, use, info_.unified_memory, {queue_family_, transfer_family_});
     return Buffer(device_, memory_, bytes, use, info_.unified_memory);
+  }
+
+  /// Destroys `owned` (buffers, and what else holds them) on a thread of its own: freeing many gigabytes of device
+  /// memory takes a noticeable time, which a fit need not wait for. The next buffer() of this device, and its
+  /// release, wait for it. Only for objects no submission still uses (gpuml's submissions each wait on a fence).
+  void release_later(std::shared_ptr<void> owned) const {
+    std::lock_guard lock(releases_mutex_);
+    releases_.emplace_back([held = std::move(owned)]() mutable { held.reset(); });
+  }
+  /// Waits until everything handed to release_later is destroyed.
+  void wait_for_releases() const {
+    std::vector<std::thread> pending;
+    {
+      std::lock_guard lock(releases_mutex_);
+      pending.swap(releases_);
+    }
+    for (auto& t : pending) t.join();
   }
 
   /// Host memory the device reads in place: a transfer source covering [data, data + bytes), and where `data` lies
@@ -405,6 +425,8 @@ class Device {
   mutable std::mutex mutex_;
   mutable std::mutex staging_mutex_;
   mutable std::vector<std::pair<MemoryUse, Buffer>> staging_pool_;
+  mutable std::mutex releases_mutex_;
+  mutable std::vector<std::thread> releases_;  // release_later's threads, joined by wait_for_releases
 
   void give_back_staging(MemoryUse use, Buffer b) const {
     std::lock_guard lock(staging_mutex_);
