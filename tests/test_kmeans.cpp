@@ -979,3 +979,55 @@ TEST(KMeansExactSums, RoundingAndExponentsHoldAtTheEdges) {
   EXPECT_EQ(SumFrame::exponent<float>(0.0, rows), 0);
   EXPECT_EQ(SumFrame::exponent<float>(1.0, 3), 60);  // 3 < 2^2: 3 * 2^60 < 2^62
 }
+
+// The fit's column passes read rows in lanes (algorithms::column_lanes: runs of several contiguous rows, or row by
+// row for strided or wide X). Against a plain row-by-row reference: the exact sums identical (integers), the extremes
+// and smallest magnitudes identical, the double sums within rounding; for narrow contiguous rows (lanes), a strided
+// view (row by row) and rows wider than the lanes allow, with a row count that leaves a partial run in a chunk.
+TYPED_TEST(KMeansTest, ColumnPassesInLanesMatchARowByRowReference) {
+  using T = TypeParam;
+  namespace alg = gpuml::algorithms;
+  struct Shape { Eigen::Index rows, cols; bool strided; };
+  for (const Shape shape : {Shape{alg::kRowChunk + 13, 7, false}, Shape{5003, 5, true}, Shape{301, alg::kLaneRowsUpTo + 3, false}}) {
+    Matrix<T> full = gpuml::testing::random_matrix<T>(shape.rows, shape.cols + (shape.strided ? 3 : 0), 950 + shape.cols, -40.0, 25.0);
+    for (Eigen::Index i = 0; i < shape.rows; i += 97) full(i, 1) = T(0);  // zeros: not a smallest magnitude
+    full(shape.rows / 2, 2) = T(3e-7);
+    const gpuml::MatrixView<T> X = full.leftCols(shape.cols);
+    ASSERT_EQ(X.outerStride() != X.cols(), shape.strided);
+    const Eigen::Index d = shape.cols;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    Eigen::RowVectorXd lo = Eigen::RowVectorXd::Constant(d, inf), hi = -lo, small = lo, sums = Eigen::RowVectorXd::Zero(d);
+    for (Eigen::Index i = 0; i < X.rows(); ++i)
+      for (Eigen::Index f = 0; f < d; ++f) {
+        const double v = static_cast<double>(X(i, f));
+        lo[f] = std::min(lo[f], v);
+        hi[f] = std::max(hi[f], v);
+        if (v != 0) small[f] = std::min(small[f], std::abs(v));
+        sums[f] += v;
+      }
+    alg::ColumnRange range;
+    const Eigen::RowVectorXd got = alg::column_sums(X, nullptr, &range, /*smallest=*/true);
+    EXPECT_EQ(range.lowest, lo);
+    EXPECT_EQ(range.highest, hi);
+    EXPECT_EQ(range.smallest, small);
+    for (Eigen::Index f = 0; f < d; ++f) EXPECT_NEAR(got[f], sums[f], 1e-9 * (std::abs(sums[f]) + X.rows()));
+
+    const Eigen::RowVectorXd mean = sums / static_cast<double>(X.rows());
+    for (const Eigen::RowVectorXd* center : {static_cast<const Eigen::RowVectorXd*>(nullptr), &mean}) {
+      const auto exponents = alg::ExactColumnSums::exponents_for(alg::column_bounds(range, center), X.rows());
+      const alg::ExactColumnSums exact = alg::exact_column_sums(X, center, exponents);
+      for (Eigen::Index f = 0; f < d; ++f) {
+        std::int64_t whole = 0, fraction = 0;
+        for (Eigen::Index i = 0; i < X.rows(); ++i) {
+          double v = static_cast<double>(X(i, f));
+          if (center) v = (v - (*center)[f]) * (v - (*center)[f]);
+          const double y = std::ldexp(v, exponents[f]), r = std::nearbyint(y);
+          whole += static_cast<std::int64_t>(r);
+          fraction += static_cast<std::int64_t>(std::nearbyint((y - r) * 4294967296.0));
+        }
+        EXPECT_EQ(exact.whole[f], whole) << "column " << f << (center ? " centred" : "");
+        EXPECT_EQ(exact.fraction[f], fraction) << "column " << f << (center ? " centred" : "");
+      }
+    }
+  }
+}
