@@ -3,7 +3,10 @@
 #include "support.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -410,3 +413,47 @@ TEST(Backend, FitReturnsItsDeviceStepTimes) {
 }
 
 }  // namespace
+
+// The sharded engines' threads (ShardThreads): every index runs once per call, index 0 on the calling thread and the
+// others on the same threads of their own call after call; a failure is rethrown (the first by index) only once every
+// index has finished, and the team goes on working after it.
+TEST(Parallel, ShardThreadsRunEveryIndexOnceOnKeptThreads) {
+  for (const std::size_t count : {1u, 2u, 4u}) {
+    gpuml::ShardThreads threads(count);
+    ASSERT_EQ(threads.size(), count);
+    std::vector<std::thread::id> first(count);
+    for (int call = 0; call < 50; ++call) {
+      std::vector<std::atomic<int>> ran(count);
+      std::vector<std::thread::id> on(count);
+      threads.run([&](std::size_t i) {
+        ran[i].fetch_add(1);
+        on[i] = std::this_thread::get_id();
+      });
+      for (std::size_t i = 0; i < count; ++i) EXPECT_EQ(ran[i].load(), 1) << "index " << i << ", call " << call;
+      EXPECT_EQ(on[0], std::this_thread::get_id());
+      for (std::size_t i = 1; i < count; ++i) EXPECT_NE(on[i], std::this_thread::get_id());
+      if (call == 0) first = on;
+      EXPECT_TRUE(on == first) << "call " << call << " ran on other threads";
+    }
+    if (count < 2) continue;
+    std::atomic<int> finished{0};
+    try {
+      threads.run([&](std::size_t i) {
+        if (i == count - 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          finished.fetch_add(1);
+          throw std::runtime_error("late");
+        }
+        if (i == 0) throw std::runtime_error("first");
+        finished.fetch_add(1);
+      });
+      ADD_FAILURE() << "no failure rethrown";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "first");
+      EXPECT_EQ(finished.load(), static_cast<int>(count) - 1) << "run returned before every index had finished";
+    }
+    std::atomic<int> after{0};
+    threads.run([&](std::size_t) { after.fetch_add(1); });
+    EXPECT_EQ(after.load(), static_cast<int>(count));
+  }
+}

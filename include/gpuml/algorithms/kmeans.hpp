@@ -731,7 +731,7 @@ void average_centers(Matrix<T>& centers, const Vector<T>& weights) {
 }
 
 /// Several engines, each over its own contiguous range of rows (on its own device), as one LloydEngine: they run
-/// their E-steps at once, one thread each, and add their exact sums (each engine built with the whole fit's
+/// their E-steps at once, one thread each (kept for the fit: ShardThreads), and add their exact sums (each engine built with the whole fit's
 /// SumFrame): the same sums, inertia and so labels, bit for bit, as one engine over all rows.
 template <class Engine, class T>
 class ShardedLloydEngine {
@@ -834,7 +834,7 @@ class ShardedLloydEngine {
   /// keep_going, on threads of their own while this thread polls (set_keep_going).
   template <class Work>
   void each(Work&& work) {
-    if (!keep_going_) return concurrently(shards_.size(), std::forward<Work>(work));
+    if (!keep_going_) return threads_.run(work);
     ask_keep_going();
     if (stop_->load()) throw cancelled(kCancelled);
     std::mutex mutex;
@@ -843,7 +843,7 @@ class ShardedLloydEngine {
     std::exception_ptr failure, poll_failure;
     auto body = [&] {
       try {
-        concurrently(shards_.size(), work);
+        threads_.run(work);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -889,6 +889,7 @@ class ShardedLloydEngine {
   KeepGoing keep_going_;
   double slice_ms_ = kKeepGoingSliceMs;
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);  // read by every shard's poll
+  ShardThreads threads_{shards_.size()};  // the shards' threads, started once for every step
 };
 
 /// scikit-learn's _kmeans_single_lloyd on centred data, for any engine that provides the E-step:

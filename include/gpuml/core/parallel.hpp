@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -87,5 +89,88 @@ void concurrently(std::size_t count, Work&& work) {
   for (auto& f : failed)
     if (f) std::rethrow_exception(f);
 }
+
+/// Threads kept for work that runs on every shard at once, again and again (a sharded engine's steps): run(work)
+/// does what concurrently(count, work) does, on threads started once instead of at every call. Index 0 runs on the
+/// calling thread; the others on the team's threads, which wait between calls. Rethrows the first failure by index
+/// once all have finished. One run at a time (the engine's steps are sequential).
+class ShardThreads {
+ public:
+  explicit ShardThreads(std::size_t count) : failed_(count) {
+    try {
+      for (std::size_t i = 1; i < count; ++i) threads_.emplace_back([this, i] { serve(i); });
+    } catch (const std::system_error&) {
+      // Fewer threads than shards (process limits): run() gives the rest to the calling thread.
+    }
+  }
+  ~ShardThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  ShardThreads(const ShardThreads&) = delete;
+  ShardThreads& operator=(const ShardThreads&) = delete;
+
+  std::size_t size() const noexcept { return failed_.size(); }
+
+  template <class Work>
+  void run(Work&& work) {
+    const std::function<void(std::size_t)> job = std::ref(work);
+    std::fill(failed_.begin(), failed_.end(), nullptr);
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &job;
+      running_ = threads_.size();
+      ++generation_;
+    }
+    start_.notify_all();
+    for (std::size_t i = threads_.size() + 1; i < failed_.size(); ++i) guarded(job, i);  // no thread of its own
+    if (!failed_.empty()) guarded(job, 0);
+    {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [&] { return running_ == 0; });
+      job_ = nullptr;
+    }
+    for (auto& f : failed_)
+      if (f) std::rethrow_exception(f);
+  }
+
+ private:
+  void guarded(const std::function<void(std::size_t)>& job, std::size_t i) {
+    try {
+      job(i);
+    } catch (...) {
+      failed_[i] = std::current_exception();
+    }
+  }
+  void serve(std::size_t i) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(std::size_t)>* job = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        job = job_;
+      }
+      guarded(*job, i);
+      std::lock_guard lock(mutex_);
+      if (--running_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::exception_ptr> failed_;  // one per index
+  std::vector<std::thread> threads_;        // index i + 1 on threads_[i]
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  const std::function<void(std::size_t)>* job_ = nullptr;
+  std::size_t running_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stopping_ = false;
+};
 
 }  // namespace gpuml
