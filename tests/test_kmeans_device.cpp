@@ -9,6 +9,8 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace {
@@ -810,6 +812,24 @@ TEST(KMeansDevice, ResidentSamplesAreFreedBeforeTheNextAllocation) {
     const auto next = device.buffer(64);
     EXPECT_TRUE(x.expired()) << "the samples outlived the next allocation";
     EXPECT_TRUE(weights.expired());
+  }
+}
+
+// What release_later hands off is destroyed on another thread, and the next allocation (on any device) waits for it:
+// a release slower than the allocation still ends first.
+TEST(KMeansDevice, ReleasesHandedOffEndBeforeTheNextAllocation) {
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    std::atomic<bool> released{false};
+    std::thread::id on;
+    device.release_later(std::shared_ptr<void>(nullptr, [&](void*) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      on = std::this_thread::get_id();
+      released = true;
+    }));
+    const auto next = device.buffer(64);
+    EXPECT_TRUE(released.load()) << "the allocation did not wait for the release";
+    EXPECT_NE(on, std::this_thread::get_id()) << "released on the caller's thread";
   }
 }
 

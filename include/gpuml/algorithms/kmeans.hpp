@@ -137,6 +137,8 @@ inline constexpr std::int64_t kLaneRowsUpTo = 256;  // columns; beyond, a row al
 /// The accumulators a column pass keeps per chunk of X: kLaneRows * d or d.
 template <class M>
 std::int64_t column_lanes(const M& X) {
+  static_assert(M::IsRowMajor, "the column passes read rows of a row-major view");
+  if (X.innerStride() != 1) throw error("the column passes read rows whose values are contiguous");
   const std::int64_t d = X.cols();
   return (X.outerStride() == d && d <= kLaneRowsUpTo) ? kLaneRows * d : d;
 }
@@ -212,7 +214,8 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, Col
   using yes = std::true_type;
   using no = std::false_type;
   if (center && range && smallest) pass(yes{}, yes{}, yes{});
-  else if (center) pass(yes{}, yes{}, no{});
+  else if (center && range) pass(yes{}, yes{}, no{});
+  else if (center) pass(yes{}, no{}, no{});
   else if (range && smallest) pass(no{}, yes{}, yes{});
   else if (range) pass(no{}, yes{}, no{});
   else pass(no{}, no{}, no{});

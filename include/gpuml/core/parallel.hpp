@@ -98,6 +98,7 @@ class ShardThreads {
  public:
   explicit ShardThreads(std::size_t count) : failed_(count) {
     try {
+      threads_.reserve(count > 0 ? count - 1 : 0);
       for (std::size_t i = 1; i < count; ++i) threads_.emplace_back([this, i] { serve(i); });
     } catch (const std::system_error&) {
       // Fewer threads than shards (process limits): run() gives the rest to the calling thread.

@@ -62,8 +62,12 @@ class ResidentSamples {
   /// The samples' device memory is freed off the caller's thread (Device::release_later): a fit returns without
   /// waiting for gigabytes to be released.
   ~ResidentSamples() {
-    if (device_ && !chunks_.empty())
+    if (!device_ || chunks_.empty()) return;
+    try {
       device_->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks_)));
+    } catch (...) {
+      // No memory for the hand-off: the chunks go with this.
+    }
   }
   /// The chunks of `chunk_rows` rows of n samples on `device`, where this holds them; else empty.
   std::vector<ResidentChunk> take(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) const {

@@ -225,18 +225,28 @@ class Device {
   }
 
   /// Destroys `owned` (buffers, and what else holds them) on a thread of its own: freeing many gigabytes of device
-  /// memory takes a noticeable time, which a fit need not wait for. The next buffer() of this device, and its
-  /// release, wait for it. Only for objects no submission still uses (gpuml's submissions each wait on a fence).
-  void release_later(std::shared_ptr<void> owned) const {
-    std::lock_guard lock(releases_mutex_);
-    releases_.emplace_back([held = std::move(owned)]() mutable { held.reset(); });
+  /// memory takes a noticeable time, which a fit need not wait for. Every device's next buffer() and release wait
+  /// for it (the releases are the process's: two devices may share one GPU's memory). Only for objects no
+  /// submission still uses (gpuml's submissions each wait on a fence). Where no thread can start, or the process
+  /// is exiting, `owned` goes here and now.
+  void release_later(std::shared_ptr<void> owned) const noexcept {
+    if (process_exiting()) return;
+    try {
+      PendingReleases& p = pending_releases();
+      std::lock_guard lock(p.mutex);
+      p.threads.emplace_back([held = std::move(owned)]() mutable { held.reset(); });
+    } catch (...) {
+      // No thread: `owned` is released on return.
+    }
   }
-  /// Waits until everything handed to release_later is destroyed.
-  void wait_for_releases() const {
+  /// Waits until everything handed to release_later (by any device) is destroyed.
+  static void wait_for_releases() {
+    PendingReleases& p = pending_releases();
+    std::lock_guard joining(p.joining);  // a second caller waits until the first has joined them all
     std::vector<std::thread> pending;
     {
-      std::lock_guard lock(releases_mutex_);
-      pending.swap(releases_);
+      std::lock_guard lock(p.mutex);
+      pending.swap(p.threads);
     }
     for (auto& t : pending) t.join();
   }
@@ -425,8 +435,16 @@ class Device {
   mutable std::mutex mutex_;
   mutable std::mutex staging_mutex_;
   mutable std::vector<std::pair<MemoryUse, Buffer>> staging_pool_;
-  mutable std::mutex releases_mutex_;
-  mutable std::vector<std::thread> releases_;  // release_later's threads, joined by wait_for_releases
+
+  struct PendingReleases {
+    std::mutex mutex, joining;
+    std::vector<std::thread> threads;  // release_later's, joined by wait_for_releases
+  };
+  /// Never destroyed: an exit hook may release a device after static destructors have run.
+  static PendingReleases& pending_releases() {
+    static PendingReleases* p = new PendingReleases;
+    return *p;
+  }
 
   void give_back_staging(MemoryUse use, Buffer b) const {
     std::lock_guard lock(staging_mutex_);
