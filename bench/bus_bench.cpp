@@ -19,7 +19,11 @@
 #include <vector>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+
+#include <sys/mman.h>
 #include <string>
 
 int main(int argc, char** argv) {
@@ -29,9 +33,12 @@ int main(int argc, char** argv) {
   std::uint64_t mib = 1024;
   int repeat = 5;
   std::string device = "gpu";
+  bool huge_pages = false;
   app.add_option("--mib", mib, "bytes per copy, in MiB (default 1024)")->check(CLI::PositiveNumber);
   app.add_option("--repeat", repeat, "copies per direction (default 5)")->check(CLI::PositiveNumber);
   app.add_option("--device", device, "device choice, as GPUML_DEVICE (default gpu)");
+  app.add_flag("--huge-pages", huge_pages,
+               "the host matrix in transparent huge pages (madvise), as numpy allocates large arrays on Linux");
   return gpuml_program::run("gpuml-bus-bench", app, argc, argv, [&] {
     const gpuml::Backend backend = gpuml::select_backend(device);
     if (!backend.is_vulkan()) throw gpuml::invalid_input("--device: the bus bandwidth needs a Vulkan device");
@@ -74,7 +81,14 @@ int main(int argc, char** argv) {
     constexpr Eigen::Index d = 14;
     const Eigen::Index rows_each = static_cast<Eigen::Index>(bytes / (d * sizeof(float)));
     const Eigen::Index rows = rows_each * static_cast<Eigen::Index>(devices.size());
-    gpuml::Matrix<float> X(rows, d);
+    // Aligned to 2 MiB so that, with --huge-pages, every page of the matrix may be a huge page.
+    constexpr std::size_t kHugePage = std::size_t(2) << 20;
+    const std::size_t x_bytes = (static_cast<std::size_t>(rows * d) * sizeof(float) + kHugePage - 1) / kHugePage * kHugePage;
+    std::unique_ptr<float, decltype(&std::free)> storage(static_cast<float*>(std::aligned_alloc(kHugePage, x_bytes)), &std::free);
+    if (!storage) throw gpuml::error("no host memory for the matrix");
+    if (huge_pages && madvise(storage.get(), x_bytes, MADV_HUGEPAGE) != 0)
+      throw gpuml::error("madvise(MADV_HUGEPAGE) failed: transparent huge pages are off here");
+    Eigen::Map<gpuml::Matrix<float>> X(storage.get(), rows, d);
     gpuml::parallel_chunks(rows, 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
       for (Eigen::Index i = b; i < e; ++i)
         for (Eigen::Index j = 0; j < d; ++j) X(i, j) = static_cast<float>((i * 31 + j * 7) % 1000) * 0.001f;
@@ -104,10 +118,10 @@ int main(int argc, char** argv) {
       });
     };
     auto gbps = [](double b, double ms) { return b / ms / 1e6; };
-    std::printf("{\"device\": \"%s\", \"devices\": %zu, \"bytes\": %llu, \"host_threads\": %d, \"host_import\": %s, "
+    std::printf("{\"huge_pages\": %s, \"device\": \"%s\", \"devices\": %zu, \"bytes\": %llu, \"host_threads\": %d, \"host_import\": %s, "
                 "\"host_to_device_ms\": %.3f, \"host_to_device_GBps\": %.2f, "
                 "\"device_to_host_ms\": %.3f, \"device_to_host_GBps\": %.2f, \"memcpy_GBps\": %.2f",
-                dev.info().name.c_str(), devices.size(), static_cast<unsigned long long>(bytes), gpuml::host_threads(),
+                huge_pages ? "true" : "false", dev.info().name.c_str(), devices.size(), static_cast<unsigned long long>(bytes), gpuml::host_threads(),
                 dev.info().host_memory_import ? "true" : "false", up, gbps(bytes, up), down, gbps(bytes, down),
                 gbps(each, memcpy_ms));
     // Uploads as the library makes them, staged and read in place: one device, then every device at once.

@@ -298,7 +298,7 @@ int run(const Options& o, const gpuml::Backend& backend, double backend_seconds,
     j["iteration_seconds"] = best_loop;
     j["fit_seconds_all"] = times;
     const auto& ft = km.fit_times();  // the last fit's phases
-    j["fit_times"] = {{"checks", ft.checks}, {"seeding", ft.seeding},       {"lloyd", ft.lloyd}, {"setup", ft.setup}, {"upload", ft.upload},
+    j["fit_times"] = {{"checks", ft.checks}, {"reserve", ft.reserve}, {"seeding", ft.seeding},       {"lloyd", ft.lloyd}, {"setup", ft.setup}, {"upload", ft.upload},
                       {"iterations", ft.iterations}, {"finish", ft.finish}, {"total", ft.total}};
     j["seconds_per_iter"] = per_iter;
     j["ms_per_iter"] = per_iter * 1e3;

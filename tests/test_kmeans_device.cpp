@@ -791,6 +791,100 @@ TYPED_TEST(KMeansDeviceTest, EnginesOfOneFitShareTheSamples) {
   }
 }
 
+// Device memory reserved ahead for an engine's layout (reserve_samples, as a fit does while it checks its input) is
+// what that engine fills: the same buffers, and the results of an engine that allocates for itself, bit for bit.
+// A reservation for another layout is dropped, not used.
+TYPED_TEST(KMeansDeviceTest, EnginesFillTheMemoryReservedForTheirLayout) {
+  using T = TypeParam;
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Eigen::Index n = 3037, d = 7;
+    const Matrix<T> X = blobs<T>(n, d, 9, 795, 1.5);
+    const Eigen::VectorX<T> w = random_matrix<T>(n, 1, 796, 0.5, 2.0).col(0);
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> shift = X.colwise().mean();
+    const gpuml::ShiftedView<T> Xc(X, shift.data());
+    const std::uint64_t seed = gpuml::testing::test_seed() + 797;
+    gpuml::algorithms::NumpyRandomState random(seed);
+    const Matrix<T> init = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 9, random);
+    const auto own = gpuml::kernels::lloyd<T>(device, Xc, w, init, 10, 0.0, false, {}, {});
+
+    const std::uint64_t chunk_rows = gpuml::kernels::LloydEngine<T>::sample_chunk_rows(device, n, d, 9, gpuml::KMeansEStep::automatic);
+    ASSERT_GT(chunk_rows, 0u);
+    gpuml::kernels::ResidentSamples<T> resident;
+    gpuml::kernels::reserve_samples<T>(device, n, d, chunk_rows, resident);
+    ASSERT_TRUE(resident.reserved());
+    const auto reserved = resident.take_reserved(device, n, chunk_rows);
+    ASSERT_EQ(reserved.size(), 1u);
+    resident.reserve(device, n, chunk_rows, reserved);
+    const auto filled = gpuml::kernels::lloyd<T>(device, Xc, w, init, 10, 0.0, false, {}, {},
+                                                 gpuml::KMeansEStep::automatic, &resident);
+    EXPECT_FALSE(resident.reserved());
+    ASSERT_EQ(resident.chunks().size(), 1u);
+    EXPECT_EQ(resident.chunks()[0].x.get(), reserved[0].x.get()) << "the engine allocated instead of filling";
+    EXPECT_EQ(resident.chunks()[0].w.get(), reserved[0].w.get());
+    EXPECT_TRUE(filled.labels == own.labels);
+    EXPECT_EQ(std::memcmp(filled.centers.data(), own.centers.data(), sizeof(T) * own.centers.size()), 0);
+    EXPECT_EQ(filled.inertia, own.inertia);
+    EXPECT_EQ(filled.n_iter, own.n_iter);
+
+    // Reserved for another layout (half the rows per chunk): dropped, the engine's own buffers used.
+    gpuml::kernels::ResidentSamples<T> other;
+    gpuml::kernels::reserve_samples<T>(device, n, d, (n + 1) / 2, other);
+    ASSERT_TRUE(other.reserved());
+    const auto not_for_it = other.take_reserved(device, n, (n + 1) / 2);  // held here: its address stays its own
+    ASSERT_EQ(not_for_it.size(), 2u);
+    other.reserve(device, n, (n + 1) / 2, not_for_it);
+    const auto mismatched = gpuml::kernels::lloyd<T>(device, Xc, w, init, 10, 0.0, false, {}, {},
+                                                     gpuml::KMeansEStep::automatic, &other);
+    EXPECT_FALSE(other.reserved()) << "a reservation for another layout outlived the engine's placement";
+    ASSERT_EQ(other.chunks().size(), 1u);
+    EXPECT_NE(other.chunks()[0].x.get(), not_for_it[0].x.get());
+    EXPECT_TRUE(mismatched.labels == own.labels);
+    EXPECT_EQ(mismatched.inertia, own.inertia);
+
+    // The seeding's layout, reserved, is filled by the seeding, which draws what it draws without it.
+    const std::uint64_t seeding_rows = gpuml::kernels::PlusPlusEngine<T>::sample_chunk_rows(device, n, d);
+    ASSERT_GT(seeding_rows, 0u);
+    gpuml::kernels::ResidentSamples<T> seeding;
+    gpuml::kernels::reserve_samples<T>(device, n, d, seeding_rows, seeding);
+    const auto for_seeding = seeding.take_reserved(device, n, seeding_rows);
+    ASSERT_EQ(for_seeding.size(), 1u);
+    seeding.reserve(device, n, seeding_rows, for_seeding);
+    gpuml::algorithms::NumpyRandomState again(seed);
+    const Matrix<T> seeded = gpuml::kernels::kmeans_plus_plus<T>(device, Xc, w, 9, again, 0, &seeding);
+    EXPECT_FALSE(seeding.reserved());
+    ASSERT_EQ(seeding.chunks().size(), 1u);
+    EXPECT_EQ(seeding.chunks()[0].x.get(), for_seeding[0].x.get()) << "the seeding allocated instead of filling";
+    EXPECT_EQ(std::memcmp(seeded.data(), init.data(), sizeof(T) * init.size()), 0);
+  }
+}
+
+// A fit reserves its samples' device memory while it checks its input, for the layout of its first engine (the
+// seeding's for k-means++, else Lloyd's): each device's one upload fills it, on one device and on shards.
+TEST(KMeansDevice, FitsUploadIntoMemoryReservedDuringTheirChecks) {
+  for (const auto& dev : devices()) {
+    const std::string index = std::to_string(dev.backend.device()->info().index);
+    const Matrix<float> X = random_matrix<float>(5003, 6, 798, -2.0, 5.0);
+    for (const std::string init : {"k-means++", "random"}) {
+      KMeansParams p;
+      p.n_clusters = 7;
+      p.init = init;
+      p.n_init = 2;
+      p.max_iter = 8;
+      p.random_state = 799;
+      const auto one = gpuml::fit_kmeans<float>(dev.backend, X, nullptr, p);
+      EXPECT_EQ(one.uploads, 1) << init;
+      EXPECT_EQ(one.reserved_uploads, 1) << init << ": the upload did not fill the reserved memory";
+      EXPECT_GT(one.times.reserve, 0.0) << init;
+      const auto two = gpuml::fit_kmeans<float>(gpuml::select_backend(index + "," + index), X, nullptr, p);
+      EXPECT_EQ(two.uploads, 2) << init;
+      EXPECT_EQ(two.reserved_uploads, 2) << init;
+      EXPECT_TRUE(two.labels == one.labels) << init;
+      EXPECT_EQ(two.inertia, one.inertia) << init;
+    }
+  }
+}
+
 // A fit's samples leave the device on a thread of their own once its ResidentSamples goes (Device::release_later),
 // and are gone before the device's next allocation.
 TEST(KMeansDevice, ResidentSamplesAreFreedBeforeTheNextAllocation) {

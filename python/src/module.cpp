@@ -30,10 +30,12 @@ nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, int n_clusters, con
   stats["n_init"] = r.n_init;
   stats["best_run"] = r.best_run;
   stats["uploads"] = r.uploads;
+  stats["reserved_uploads"] = r.reserved_uploads;
   stats["tol"] = r.tol_absolute;
   stats["iteration_seconds"] = r.iteration_seconds;
   nb::dict times;
   times["checks"] = r.times.checks;
+  times["reserve"] = r.times.reserve;
   times["seeding"] = r.times.seeding;
   times["lloyd"] = r.times.lloyd;
   times["setup"] = r.times.setup;

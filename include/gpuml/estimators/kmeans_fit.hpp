@@ -23,8 +23,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -251,17 +253,47 @@ class LocalRows {
   }
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
+  /// Starts allocating, on a thread of its own, the device memory the fit's first engine on each device will place
+  /// its rows in (kernels::reserve_samples), so that it is ready when the input checks on the host are done: the
+  /// engines then only fill it. Nothing where the backend is the host; a failure leaves the engines to allocate.
+  void reserve_samples(std::int64_t n, std::int64_t d, const KMeansParams& p) {
+    if (!backend_.is_vulkan() || n <= 0 || d <= 0) return;
+    KMeansEStep e_step = p.e_step;  // as run_lloyd resolves it
+    if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
+    const bool plus_plus_first = !p.init_centers && p.init == "k-means++";
+    const auto k = static_cast<std::uint32_t>(p.n_clusters);
+    try {
+      reserving_ = std::async(std::launch::async, [this, n, d, e_step, plus_plus_first, k] {
+        try {
+          kernels::on_shards(devices_of(backend_), n, [&](std::size_t s, vulkan::Device& device, std::int64_t, std::int64_t rows) {
+            const auto r = static_cast<std::uint64_t>(rows), cols = static_cast<std::uint64_t>(d);
+            const std::uint64_t chunk_rows =
+                plus_plus_first ? kernels::PlusPlusEngine<T>::sample_chunk_rows(device, r, cols)
+                                : kernels::LloydEngine<T>::sample_chunk_rows(device, r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
+            kernels::reserve_samples<T>(device, r, cols, chunk_rows, resident_[s]);
+          });
+        } catch (...) {
+          // No memory to reserve (or no device to plan for): each engine allocates, and says what is wrong.
+        }
+      });
+    } catch (const std::system_error&) {
+      // No thread: the engines allocate as they go.
+    }
+  }
+
   /// One run's starting centers (centred), drawn as scikit-learn draws them; `chosen` receives the samples' indices.
   /// `frame`: the fit's bounds (KMeansInputs), which fix k-means++'s exact sums.
   Matrix<T> starting_centers(const ShiftedView<T>& Xc, VectorView<T> w, const KMeansParams& p,
                              algorithms::NumpyRandomState& random, const algorithms::SumFrame& frame,
                              std::vector<std::int64_t>* chosen = nullptr) {
+    reserved();
     if (p.init == "k-means++")
       return run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen, frame);
     return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
   }
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
                                    const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
+    reserved();
     return run_lloyd<T>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration, p.keep_going,
                         p.e_step, &resident_, tile_, frame);
   }
@@ -271,6 +303,16 @@ class LocalRows {
     int total = 0;
     for (const auto& r : resident_) total += r.uploads();
     return total;
+  }
+  int reserved_uploads() const {
+    int total = 0;
+    for (const auto& r : resident_) total += r.reserved_uploads();
+    return total;
+  }
+  double reserve_seconds() const {
+    double longest = 0;
+    for (const auto& r : resident_) longest = std::max(longest, r.reserve_seconds());
+    return longest;
   }
   /// The slowest device's time copying the samples (the devices copy at once).
   double upload_seconds() const {
@@ -282,9 +324,16 @@ class LocalRows {
  private:
   Backend backend_;
   std::optional<KMeansTileParams> tile_;
+  /// Waits until the reservation (reserve_samples) is done, before any engine takes from resident_.
+  void reserved() {
+    if (reserving_.valid()) reserving_.get();
+  }
+
   // X and the weights on each device (its shard where there are several): uploaded once for every engine and run.
   std::vector<kernels::ResidentSamples<T>> resident_ =
       std::vector<kernels::ResidentSamples<T>>(std::max<std::size_t>(1, backend_.device_count()));
+  // Declared after resident_: a reservation still running when the fit fails ends before resident_ goes.
+  std::future<void> reserving_;
 };
 
 }  // namespace detail
@@ -301,6 +350,8 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
   algorithms::check_kmeans_params(p);
   rows.check_non_empty(X);
   return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeansFit<T> {
+    // Device memory for the samples is allocated while the host checks them, where the rows offer it.
+    if constexpr (requires { rows.reserve_samples(X.rows(), X.cols(), p); }) rows.reserve_samples(X.rows(), X.cols(), p);
     const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
     const int k = p.n_clusters;
     // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
@@ -339,6 +390,10 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     fit.n_iter = best->n_iter;
     fit.n_init = in.n_init;
     fit.uploads = rows.uploads();
+    if constexpr (requires { rows.reserved_uploads(); }) {
+      fit.reserved_uploads = rows.reserved_uploads();
+      fit.times.reserve = rows.reserve_seconds();
+    }
     fit.times.upload = rows.upload_seconds();
     fit.iteration_seconds = best->iteration_seconds;
     fit.step_times = std::move(best->step_times);

@@ -10,6 +10,7 @@ namespace gpuml {
 /// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
 struct FitTimes {
   double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
+  double reserve = 0;     ///< device memory for the samples allocated beside the checks (the slowest device's)
   double seeding = 0;     ///< initial centers, every run
   double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
   double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
@@ -31,6 +32,7 @@ struct KMeansFit {
   int best_run = 0;                 ///< the run kept (scikit-learn's rule: a lower inertia, not the same clustering)
   int distinct_clusters = 0;        ///< clusters holding a label (scikit-learn warns when fewer than n_clusters)
   int uploads = 0;                  ///< times X went to a device (one per fit and device; 0 on the host)
+  int reserved_uploads = 0;         ///< of which into device memory allocated beside the input checks
   double tol_absolute = 0.0;        ///< the tolerance on the centers' shift (tol times X's mean variance)
   double iteration_seconds = 0.0;   ///< the kept run's Lloyd iterations alone
   algorithms::StepTimes step_times; ///< the kept run's device timing of its steps

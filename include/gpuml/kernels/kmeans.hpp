@@ -68,21 +68,12 @@ class LloydEngine {
     } else if (weights) {
       frame_ = algorithms::SumFrame::of<T>(X, Eigen::Map<const Vector<T>>(weights, X.rows()));
     }  // else an engine without weights, which only assigns labels (predict)
-    const bool bounded = e_step == KMeansEStep::bounded ||
-                         (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
-    const KMeansTileParams tile_params = choose_tile<KMeansTileTraits, T>(fixed_tile, info, {k, static_cast<std::uint32_t>(d_)});
-    // Nothing is dispatched with a tile that misfits the device or the problem (a compile-time policy's tile, a
-    // pinned subgroup size the device cannot run; on CPU devices llvmpipe's loop limit above all: it crashed at
-    // times on kernels it cut short); the catalogue may still return its least bad tile there.
-    if (auto why = kmeans_tile_misfit<T>(info, tile_params, k, static_cast<std::uint32_t>(d_)); !why.empty())
-      throw unsupported("k-means on " + info.name + " for k=" + std::to_string(k) + ", d=" + std::to_string(d_) +
-                        " with tile " + tile_params.text() + ": " + why);
-    if (auto why = plan_lloyd<T>(info, tile_params, k, static_cast<std::uint32_t>(d_), bounded, plan_); !why.empty())
-      throw unsupported("k-means tile " + tile_params.text() + " cannot run on " + info.name + ": " + why);
-    const std::uint64_t s = sizeof(T), tile = plan_.tile();
+    const Layout layout = plan_layout(device, n_, static_cast<std::uint32_t>(d_), k, e_step, fixed_tile);
+    if (!layout.why.empty()) throw unsupported(layout.why);
+    const KMeansTileParams& tile_params = layout.tile_params;
+    plan_ = layout.plan;
+    const std::uint64_t s = sizeof(T), tile = plan_.tile(), chunk = layout.chunk_rows;
     const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-    std::uint64_t chunk = rows_per_block(n_, d_ * s, max_bytes, "X");
-    if (chunk < n_) chunk = std::max<std::uint64_t>(tile, chunk / tile * tile);
     const std::uint64_t n_chunks = ceil_div(n_, chunk);
     // Workgroups: enough to fill a large GPU, while all partials (k x (d+1) exact sums each) stay within one binding.
     const std::uint64_t row = std::uint64_t(k) * (d_ + 1);
@@ -171,6 +162,22 @@ class LloydEngine {
         spec_constants(inertia_interface::kSpecCount, {{inertia_interface::kSpecThreads, kInertiaThreads},
                                                        {inertia_interface::kSpecFeatures, static_cast<std::uint32_t>(d_)},
                                                        {inertia_interface::kSpecMode, inertia_interface::kModeInertia}})));
+  }
+
+  /// The rows per chunk of samples (one binding each) an engine for n rows of d features and k centers would place
+  /// on `device` (kernels::place_samples), so that device memory can be reserved for them ahead of the engine
+  /// (reserve_samples); 0 where no engine could run there.
+  static std::uint64_t sample_chunk_rows(const vulkan::Device& device, std::uint64_t n, std::uint32_t d, std::uint32_t k,
+                                         KMeansEStep e_step = KMeansEStep::plain,
+                                         const std::optional<KMeansTileParams>& fixed_tile = {}) {
+    try {
+      require_scalar_support<T>(device);
+      if (!device.info().int64) return 0;  // the engine refuses such a device
+      const Layout layout = plan_layout(device, n, d, k, e_step, fixed_tile);
+      return layout.why.empty() ? layout.chunk_rows : 0;
+    } catch (const std::exception&) {
+      return 0;  // the engine itself will say what is wrong
+    }
   }
 
   const LloydPlan& plan() const { return plan_; }
@@ -546,6 +553,39 @@ class LloydEngine {
       cmds.barrier();
     }
   }
+  /// The tile, the plan and the rows per chunk of samples of an engine (`why`: why none can run, else empty).
+  struct Layout {
+    KMeansTileParams tile_params;
+    LloydPlan plan;
+    std::uint64_t chunk_rows = 0;
+    std::string why;
+  };
+  static Layout plan_layout(const vulkan::Device& device, std::uint64_t n, std::uint32_t d, std::uint32_t k,
+                            KMeansEStep e_step, const std::optional<KMeansTileParams>& fixed_tile) {
+    const auto& info = device.info();
+    Layout out;
+    const bool bounded = e_step == KMeansEStep::bounded ||
+                         (e_step == KMeansEStep::automatic && bounded_e_step_pays(info));
+    out.tile_params = choose_tile<KMeansTileTraits, T>(fixed_tile, info, {k, d});
+    // Nothing is dispatched with a tile that misfits the device or the problem (a compile-time policy's tile, a
+    // pinned subgroup size the device cannot run; on CPU devices llvmpipe's loop limit above all: it crashed at
+    // times on kernels it cut short); the catalogue may still return its least bad tile there.
+    if (auto why = kmeans_tile_misfit<T>(info, out.tile_params, k, d); !why.empty()) {
+      out.why = "k-means on " + info.name + " for k=" + std::to_string(k) + ", d=" + std::to_string(d) + " with tile " +
+                out.tile_params.text() + ": " + why;
+      return out;
+    }
+    if (auto why = plan_lloyd<T>(info, out.tile_params, k, d, bounded, out.plan); !why.empty()) {
+      out.why = "k-means tile " + out.tile_params.text() + " cannot run on " + info.name + ": " + why;
+      return out;
+    }
+    const std::uint64_t tile = out.plan.tile();
+    const std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+    out.chunk_rows = rows_per_block(n, std::uint64_t(d) * sizeof(T), max_bytes, "X");
+    if (out.chunk_rows < n) out.chunk_rows = std::max<std::uint64_t>(tile, out.chunk_rows / tile * tile);
+    return out;
+  }
+
   vulkan::Device& dev_;
   std::uint64_t n_, d_;
   std::uint32_t k_;

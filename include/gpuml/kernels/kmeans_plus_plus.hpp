@@ -39,6 +39,18 @@ class PlusPlusEngine {
   static constexpr std::uint64_t kBlock = kThreads * kSamplesPerThread;  // one shader tile per sampling block
   static_assert(kBlock == algorithms::kPlusPlusBlock, "the host and device engines sample the same blocks");
 
+  /// The rows per chunk of samples an engine for n rows of d features places on `device` (kernels::place_samples),
+  /// so that device memory can be reserved for them ahead of the engine (reserve_samples).
+  static std::uint64_t sample_chunk_rows(const vulkan::Device& device, std::uint64_t n, std::uint64_t d) {
+    try {
+      require_scalar_support<T>(device);
+      if (!device.info().int64) return 0;  // the engine refuses such a device
+      return chunk_rows_for(device, n, d, 0);
+    } catch (const std::exception&) {
+      return 0;  // the engine itself will say what is wrong
+    }
+  }
+
   /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).
   /// `resident`: where the fit keeps its samples on the device (see LloydEngine). `frame`: the fit's bounds for the
   /// exact sums (none: those of exactly these rows). `block_offset`: the first row's place in its sampling block
@@ -54,10 +66,7 @@ class PlusPlusEngine {
     exponent_ = (frame ? *frame : algorithms::SumFrame::of<T>(X, w)).template plus_plus_exponent<T>(X.cols());
     sums_.exponent = exponent_;
     const std::uint64_t s = sizeof(T);
-    std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
-    if (max_chunk_bytes) max_bytes = std::min(max_bytes, max_chunk_bytes);
-    chunk_rows_ = rows_per_block(n_, d_ * s, max_bytes, "X");
-    if (chunk_rows_ < n_) chunk_rows_ = std::max(kBlock, chunk_rows_ / kBlock * kBlock);
+    chunk_rows_ = chunk_rows_for(device, n_, d_, max_chunk_bytes);
     // Samples and weights that do not fit the device's memory (or its configured limit) stay in pinned host
     // memory, read in place by every pass (the Lloyd E-step copies slices instead: LloydEngine).
     const std::uint64_t budget = device_memory_budget(device.info());
@@ -235,6 +244,14 @@ class PlusPlusEngine {
       for (std::uint64_t j = 0; j < ceil_div(c.offset + c.rows, kBlock); ++j) sums_.exact[c.first_block + j] += slot[c.mass_base + j];
     sums_.round();
     masses_.clear();
+  }
+
+  static std::uint64_t chunk_rows_for(const vulkan::Device& device, std::uint64_t n, std::uint64_t d,
+                                      std::uint64_t max_chunk_bytes) {
+    std::uint64_t max_bytes = std::min<std::uint64_t>(device.max_buffer_bytes(), std::uint64_t(UINT32_MAX));
+    if (max_chunk_bytes) max_bytes = std::min(max_bytes, max_chunk_bytes);
+    const std::uint64_t rows = rows_per_block(n, d * sizeof(T), max_bytes, "X");
+    return rows < n ? std::max(kBlock, rows / kBlock * kBlock) : rows;
   }
 
   vulkan::Device& dev_;

@@ -62,12 +62,8 @@ class ResidentSamples {
   /// The samples' device memory is freed off the caller's thread (Device::release_later): a fit returns without
   /// waiting for gigabytes to be released.
   ~ResidentSamples() {
-    if (!device_ || chunks_.empty()) return;
-    try {
-      device_->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks_)));
-    } catch (...) {
-      // No memory for the hand-off: the chunks go with this.
-    }
+    release_later(device_, chunks_);
+    release_later(reserved_device_, reserved_);
   }
   /// The chunks of `chunk_rows` rows of n samples on `device`, where this holds them; else empty.
   std::vector<ResidentChunk> take(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) const {
@@ -79,6 +75,9 @@ class ResidentSamples {
   /// How many times the samples were uploaded for the engines this served (the fit's statistics).
   int uploads() const noexcept { return uploads_; }
   void count_upload() noexcept { ++uploads_; }
+  /// Uploads that filled memory reserved ahead (reserve_samples), and the seconds the reservation took.
+  int reserved_uploads() const noexcept { return reserved_uploads_; }
+  double reserve_seconds() const noexcept { return reserve_seconds_; }
   /// Seconds spent copying samples and weights to the device (centring included), over every upload.
   double upload_seconds() const noexcept { return upload_seconds_; }
   void add_upload_seconds(double seconds) noexcept { upload_seconds_ += seconds; }
@@ -88,13 +87,47 @@ class ResidentSamples {
     chunk_rows_ = chunk_rows;
     chunks_ = std::move(chunks);
   }
+  /// Holds device memory allocated ahead for the chunks of `chunk_rows` rows of n samples on `device`, not yet
+  /// written (reserve_samples): the next place_samples in that layout fills it instead of allocating.
+  void reserve(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks,
+               double seconds = 0) {
+    reserve_seconds_ += seconds;
+    reserved_device_ = &device;
+    reserved_n_ = n;
+    reserved_chunk_rows_ = chunk_rows;
+    reserved_ = std::move(chunks);
+  }
+  /// The reserved chunks where they are for this layout on `device`, else none; the reservation ends either way (an
+  /// engine in another layout or place frees it before allocating its own).
+  std::vector<ResidentChunk> take_reserved(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) {
+    std::vector<ResidentChunk> out = std::exchange(reserved_, {});
+    if (reserved_device_ != &device || reserved_n_ != n || reserved_chunk_rows_ != chunk_rows) out.clear();
+    if (!out.empty()) ++reserved_uploads_;
+    reserved_device_ = nullptr;
+    return out;
+  }
+  /// Whether device memory is reserved (for the statistics and tests).
+  bool reserved() const noexcept { return !reserved_.empty(); }
 
  private:
+  /// The chunks' device memory is freed off the caller's thread (Device::release_later).
+  static void release_later(const vulkan::Device* device, std::vector<ResidentChunk>& chunks) noexcept {
+    if (!device || chunks.empty()) return;
+    try {
+      device->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks)));
+    } catch (...) {
+      // No memory for the hand-off: the chunks go with this.
+    }
+  }
+
   const vulkan::Device* device_ = nullptr;
   std::uint64_t n_ = 0, chunk_rows_ = 0;
   std::vector<ResidentChunk> chunks_;
-  int uploads_ = 0;
-  double upload_seconds_ = 0;
+  const vulkan::Device* reserved_device_ = nullptr;
+  std::uint64_t reserved_n_ = 0, reserved_chunk_rows_ = 0;
+  std::vector<ResidentChunk> reserved_;
+  int uploads_ = 0, reserved_uploads_ = 0;
+  double upload_seconds_ = 0, reserve_seconds_ = 0;
 };
 
 inline constexpr std::uint32_t kShiftThreads = 256;
@@ -152,8 +185,11 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   const bool keepable = resident && w && memory == vulkan::MemoryUse::device && !shared;
   if (keepable)
     if (auto chunks = resident->take(device, n, chunk_rows); !chunks.empty()) return chunks;
-  // Samples in another layout or place are not used again: their device memory goes before new buffers come.
+  // Samples in another layout or place are not used again: their device memory goes before new buffers come, and
+  // memory reserved for this layout is filled instead of allocated.
+  std::vector<ResidentChunk> reserved;
   if (resident) {
+    reserved = resident->take_reserved(device, keepable ? n : 0, keepable ? chunk_rows : 0);
     resident->keep(device, 0, 0, {});
     resident->count_upload();
   }
@@ -163,8 +199,9 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
     ResidentChunk c;
     c.first = r0;
     c.rows = std::min(chunk_rows, n - r0);
-    auto x = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * d * s, memory, shared));
-    auto wb = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s, memory, shared));
+    const std::size_t i = chunks.size();
+    auto x = i < reserved.size() ? reserved[i].x : std::make_shared<vulkan::Buffer>(device.buffer(c.rows * d * s, memory, shared));
+    auto wb = i < reserved.size() ? reserved[i].w : std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s, memory, shared));
     if (!shift && centres_on_device<T>(device, X, *x)) {
       shift.emplace(device.buffer(d * s));
       vulkan::upload(device, *shift, 0, X.shift, d * s);
@@ -180,6 +217,30 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   }
   if (keepable) resident->keep(device, n, chunk_rows, chunks);
   return chunks;
+}
+
+/// Allocates the device memory of the chunks of n samples of d features, `chunk_rows` rows each, that the fit's next
+/// engine on `device` will fill (place_samples in that layout), and leaves it in `resident`. Allocating gigabytes of
+/// device memory takes about as long as a fit's input checks on the host and needs nothing from them, so a fit
+/// reserves on a thread of its own while it checks. Not where the samples might not stay in device memory (more
+/// than half of its budget): engines would stream them instead.
+template <class T>
+void reserve_samples(vulkan::Device& device, std::uint64_t n, std::uint64_t d, std::uint64_t chunk_rows,
+                     ResidentSamples<T>& resident) {
+  const std::uint64_t s = sizeof(T), budget = device_memory_budget(device.info());
+  if (n == 0 || chunk_rows == 0 || (budget && 2 * n * (d + 1) * s > budget)) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ResidentChunk> chunks;
+  for (std::uint64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+    ResidentChunk c;
+    c.first = r0;
+    c.rows = std::min(chunk_rows, n - r0);
+    c.x = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * d * s));
+    c.w = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s));
+    chunks.push_back(std::move(c));
+  }
+  resident.reserve(device, n, chunk_rows, std::move(chunks),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace gpuml::kernels
