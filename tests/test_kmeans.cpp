@@ -1006,7 +1006,7 @@ TYPED_TEST(KMeansTest, ColumnPassesInLanesMatchARowByRowReference) {
         sums[f] += v;
       }
     alg::ColumnRange range;
-    const Eigen::RowVectorXd got = alg::column_sums(X, nullptr, &range, /*smallest=*/true);
+    const Eigen::RowVectorXd got = alg::column_sums(X, &range, /*smallest=*/true);
     EXPECT_EQ(range.lowest, lo);
     EXPECT_EQ(range.highest, hi);
     EXPECT_EQ(range.smallest, small);

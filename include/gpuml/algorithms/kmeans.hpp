@@ -153,38 +153,29 @@ void for_each_lane_run(const M& X, std::int64_t begin, std::int64_t end, Run&& r
   for (; i < end; ++i) run(X.data() + i * X.outerStride(), d);
 }
 
-/// Per-column sums in double of X, or of (X - center)^2: by chunks of rows on the host threads, and within a chunk by
+/// Per-column sums in double of X: by chunks of rows on the host threads, and within a chunk by
 /// lanes (column_lanes), the chunks added in order (the result does not depend on the thread count; a fit uses these
 /// sums only to find a non-finite value, its mean comes from exact_column_sums). A distributed fit adds each rank's
 /// sums. With `range`, the same pass finds each column's extremes (of X; empty where X has no rows) and, with
 /// `smallest`, each column's smallest nonzero magnitude (subnormal_free).
 template <class M>
-Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, ColumnRange* range = nullptr,
-                               bool smallest = false) {
+Eigen::RowVectorXd column_sums(const M& X, ColumnRange* range = nullptr, bool smallest = false) {
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk, lanes = column_lanes(X);
   constexpr double inf = std::numeric_limits<double>::infinity();
   // Per chunk: d sums, then (with a range) d lowest, d highest values and d smallest nonzero magnitudes.
   const std::int64_t width = range ? 4 * d : d;
   std::vector<double> part(static_cast<std::size_t>(chunks * width));
-  std::vector<double> lane_center(static_cast<std::size_t>(center ? lanes : 0));
-  for (std::int64_t j = 0; j < static_cast<std::int64_t>(lane_center.size()); ++j) lane_center[j] = (*center)[j % d];
-  auto pass = [&](auto with_center, auto with_range, auto with_smallest) {
+  auto pass = [&](auto with_range, auto with_smallest) {
     parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
       std::vector<double> acc(static_cast<std::size_t>(4 * lanes));
       double *s = acc.data(), *lo = s + lanes, *hi = lo + lanes, *small = hi + lanes;
       std::fill(lo, lo + lanes, inf);
       std::fill(hi, hi + lanes, -inf);
       std::fill(small, small + lanes, with_smallest ? inf : 0.0);
-      const double* ctr = lane_center.data();
       for_each_lane_run(X, begin, end, [&](const auto* v, std::int64_t count) {
         for (std::int64_t j = 0; j < count; ++j) {
           const double x = static_cast<double>(v[j]);
-          if constexpr (decltype(with_center)::value) {
-            const double dx = x - ctr[j];
-            s[j] += dx * dx;
-          } else {
-            s[j] += x;
-          }
+          s[j] += x;
           if constexpr (decltype(with_range)::value) {
             lo[j] = x < lo[j] ? x : lo[j];
             hi[j] = x > hi[j] ? x : hi[j];
@@ -213,12 +204,9 @@ Eigen::RowVectorXd column_sums(const M& X, const Eigen::RowVectorXd* center, Col
   };
   using yes = std::true_type;
   using no = std::false_type;
-  if (center && range && smallest) pass(yes{}, yes{}, yes{});
-  else if (center && range) pass(yes{}, yes{}, no{});
-  else if (center) pass(yes{}, no{}, no{});
-  else if (range && smallest) pass(no{}, yes{}, yes{});
-  else if (range) pass(no{}, yes{}, no{});
-  else pass(no{}, no{}, no{});
+  if (range && smallest) pass(yes{}, yes{});
+  else if (range) pass(yes{}, no{});
+  else pass(no{}, no{});
   Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
   ColumnRange found{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
                     Eigen::RowVectorXd::Constant(d, smallest ? inf : 0.0)};
@@ -1277,15 +1265,17 @@ class ShardedPlusPlusEngine {
     }
     sums_.round();
   }
+  /// Runs work(s) for every shard at once, on the shards' threads (kept for the seeding: two calls per center).
   template <class Work>
   void each(Work&& work) {
-    concurrently(shards_.size(), std::forward<Work>(work));
+    threads_.run(work);
   }
 
   std::vector<std::unique_ptr<Engine>> shards_;
   std::vector<std::int64_t> first_;
   std::int64_t blocks_;
   BlockSums sums_;
+  ShardThreads threads_{shards_.size()};  // declared after shards_: its size is theirs
 };
 
 /// plus_plus_loop over X and w alone (one process), `frame` the fit's bounds (the engine's).

@@ -176,7 +176,7 @@ struct KMeansInputs {
     // double is finite, so only a non-finite sum needs the search for the first bad value (a double X may pass it).
     algorithms::ColumnRange range;
     // Each column's smallest magnitude only where the rows may be centred on a device (subnormal_free below).
-    const Eigen::RowVectorXd column_sums = rows.column_sums(X, nullptr, &range, config().may_centre_on_device());
+    const Eigen::RowVectorXd column_sums = rows.column_sums(X, &range, config().may_centre_on_device());
     if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
     const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
@@ -243,9 +243,8 @@ class LocalRows {
   void guarded(Work&& work) const {
     work();
   }
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
-                                 algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
-    return algorithms::column_sums(X, center, range, smallest);
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
+    return algorithms::column_sums(X, range, smallest);
   }
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
                                        const Eigen::RowVectorXi& exponents) const {

@@ -468,9 +468,8 @@ class RankRows {
   }
   /// `smallest` may differ between ranks (each rank's configuration): a rank that did not look offers 0, so the
   /// minimum says "unknown" on every rank.
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
-                                 algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
-    const Eigen::RowVectorXd local = algorithms::column_sums(X, center, range, smallest);
+  Eigen::RowVectorXd column_sums(MatrixView<T> X, algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
+    const Eigen::RowVectorXd local = algorithms::column_sums(X, range, smallest);
     std::vector<double> v(local.data(), local.data() + local.size());
     comm_.sum(v);
     if (range) {  // extremes over every rank (a rank without rows offers +inf and -inf)
