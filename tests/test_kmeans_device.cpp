@@ -859,6 +859,41 @@ TYPED_TEST(KMeansDeviceTest, EnginesFillTheMemoryReservedForTheirLayout) {
   }
 }
 
+// A reservation told it has enough stops after the chunk in hand (the first is always reserved), and placing the
+// samples fills the reserved chunks and allocates the rest.
+TEST(KMeansDevice, APartialReservationIsFilledAndTheRestAllocated) {
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    const Matrix<float> X = random_matrix<float>(2003, 5, 800, -2.0, 3.0);
+    const Eigen::VectorXf w = random_matrix<float>(2003, 1, 801, 0.5, 2.0).col(0);
+    const std::uint64_t n = 2003, chunk_rows = 700;  // three chunks
+    const std::atomic<bool> enough{true}, not_yet{false};
+    gpuml::kernels::ResidentSamples<float> all, first;
+    gpuml::kernels::reserve_samples<float>(device, n, 5, chunk_rows, all, &not_yet);
+    EXPECT_EQ(all.take_reserved(device, n, chunk_rows).size(), 3u);
+    gpuml::kernels::reserve_samples<float>(device, n, 5, chunk_rows, first, &enough);
+    const auto reserved = first.take_reserved(device, n, chunk_rows);
+    ASSERT_EQ(reserved.size(), 1u) << "the reservation went on after it had enough";
+    first.reserve(device, n, chunk_rows, reserved);
+    const gpuml::ShiftedView<float> view(X);
+    const auto placed = gpuml::kernels::place_samples<float>(device, view, w.data(), chunk_rows,
+                                                             gpuml::vulkan::MemoryUse::device, false, &first);
+    ASSERT_EQ(placed.size(), 3u);
+    EXPECT_EQ(placed[0].x.get(), reserved[0].x.get());
+    EXPECT_EQ(placed[0].w.get(), reserved[0].w.get());
+    EXPECT_NE(placed[1].x.get(), reserved[0].x.get());
+    EXPECT_EQ(placed[2].rows, n - 2 * chunk_rows);
+    EXPECT_EQ(first.reserved_uploads(), 1);
+    // Every chunk holds its rows: the last one, read back, is X's last rows.
+    std::vector<float> back(static_cast<std::size_t>(placed[2].rows * 5));
+    gpuml::vulkan::download(device, *placed[2].x, 0, back.data(), back.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(back.data(), X.bottomRows(placed[2].rows).data(), back.size() * sizeof(float)), 0);
+    std::vector<float> front(static_cast<std::size_t>(chunk_rows * 5));
+    gpuml::vulkan::download(device, *placed[0].x, 0, front.data(), front.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(front.data(), X.topRows(chunk_rows).data(), front.size() * sizeof(float)), 0);
+  }
+}
+
 // A fit reserves its samples' device memory while it checks its input, for the layout of its first engine (the
 // seeding's for k-means++, else Lloyd's): each device's one upload fills it, on one device and on shards.
 TEST(KMeansDevice, FitsUploadIntoMemoryReservedDuringTheirChecks) {

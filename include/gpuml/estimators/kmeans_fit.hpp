@@ -21,6 +21,7 @@
 #include <gpuml/policy/kmeans.hpp>
 #include <gpuml/select.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -253,8 +254,10 @@ class LocalRows {
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
   /// Starts allocating, on a thread of its own, the device memory the fit's first engine on each device will place
-  /// its rows in (kernels::reserve_samples), so that it is ready when the input checks on the host are done: the
-  /// engines then only fill it. Nothing where the backend is the host; a failure leaves the engines to allocate.
+  /// its rows in (kernels::reserve_samples), while the input checks run on the host: the engines then fill it. When
+  /// the first engine comes, the reservation stops after the chunk in hand and that engine allocates the rest
+  /// (allocation competes with the checks for the host, and may take longer). Nothing where the backend is the host;
+  /// a failure leaves the engines to allocate.
   void reserve_samples(std::int64_t n, std::int64_t d, const KMeansParams& p) {
     if (!backend_.is_vulkan() || n <= 0 || d <= 0) return;
     KMeansEStep e_step = p.e_step;  // as run_lloyd resolves it
@@ -269,7 +272,7 @@ class LocalRows {
             const std::uint64_t chunk_rows =
                 plus_plus_first ? kernels::PlusPlusEngine<T>::sample_chunk_rows(device, r, cols)
                                 : kernels::LloydEngine<T>::sample_chunk_rows(device, r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
-            kernels::reserve_samples<T>(device, r, cols, chunk_rows, resident_[s]);
+            kernels::reserve_samples<T>(device, r, cols, chunk_rows, resident_[s], &enough_reserved_);
           });
         } catch (...) {
           // No memory to reserve (or no device to plan for): each engine allocates, and says what is wrong.
@@ -323,8 +326,9 @@ class LocalRows {
  private:
   Backend backend_;
   std::optional<KMeansTileParams> tile_;
-  /// Waits until the reservation (reserve_samples) is done, before any engine takes from resident_.
+  /// Ends the reservation (reserve_samples) after the chunks in hand, before any engine takes from resident_.
   void reserved() {
+    enough_reserved_ = true;
     if (reserving_.valid()) reserving_.get();
   }
 
@@ -332,6 +336,7 @@ class LocalRows {
   std::vector<kernels::ResidentSamples<T>> resident_ =
       std::vector<kernels::ResidentSamples<T>>(std::max<std::size_t>(1, backend_.device_count()));
   // Declared after resident_: a reservation still running when the fit fails ends before resident_ goes.
+  std::atomic<bool> enough_reserved_{false};
   std::future<void> reserving_;
 };
 

@@ -12,6 +12,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -74,7 +75,10 @@ class ResidentSamples {
   const std::vector<ResidentChunk>& chunks() const { return chunks_; }
   /// How many times the samples were uploaded for the engines this served (the fit's statistics).
   int uploads() const noexcept { return uploads_; }
-  void count_upload() noexcept { ++uploads_; }
+  void count_upload(bool into_reserved = false) noexcept {
+    ++uploads_;
+    if (into_reserved) ++reserved_uploads_;
+  }
   /// Uploads that filled memory reserved ahead (reserve_samples), and the seconds the reservation took.
   int reserved_uploads() const noexcept { return reserved_uploads_; }
   double reserve_seconds() const noexcept { return reserve_seconds_; }
@@ -87,8 +91,9 @@ class ResidentSamples {
     chunk_rows_ = chunk_rows;
     chunks_ = std::move(chunks);
   }
-  /// Holds device memory allocated ahead for the chunks of `chunk_rows` rows of n samples on `device`, not yet
-  /// written (reserve_samples): the next place_samples in that layout fills it instead of allocating.
+  /// Holds device memory allocated ahead for the first chunks of `chunk_rows` rows of n samples on `device` (all, or
+  /// those allocated in time), not yet written (reserve_samples): the next place_samples in that layout fills them
+  /// instead of allocating.
   void reserve(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks,
                double seconds = 0) {
     reserve_seconds_ += seconds;
@@ -102,7 +107,6 @@ class ResidentSamples {
   std::vector<ResidentChunk> take_reserved(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) {
     std::vector<ResidentChunk> out = std::exchange(reserved_, {});
     if (reserved_device_ != &device || reserved_n_ != n || reserved_chunk_rows_ != chunk_rows) out.clear();
-    if (!out.empty()) ++reserved_uploads_;
     reserved_device_ = nullptr;
     return out;
   }
@@ -191,7 +195,7 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   if (resident) {
     reserved = resident->take_reserved(device, keepable ? n : 0, keepable ? chunk_rows : 0);
     resident->keep(device, 0, 0, {});
-    resident->count_upload();
+    resident->count_upload(!reserved.empty());
   }
   std::vector<ResidentChunk> chunks;
   std::optional<vulkan::Buffer> shift;  // the shift on the device, where the device centres the rows
@@ -222,16 +226,18 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
 /// Allocates the device memory of the chunks of n samples of d features, `chunk_rows` rows each, that the fit's next
 /// engine on `device` will fill (place_samples in that layout), and leaves it in `resident`. Allocating gigabytes of
 /// device memory takes about as long as a fit's input checks on the host and needs nothing from them, so a fit
-/// reserves on a thread of its own while it checks. Not where the samples might not stay in device memory (more
-/// than half of its budget): engines would stream them instead.
+/// reserves on a thread of its own while it checks. `enough`, where given, ends the reservation after the chunk in
+/// hand once it is true (the first chunk is always reserved): the checks are done, and the engine allocates the rest
+/// itself rather than wait. Not where the samples might not stay in device memory (more than half of its budget):
+/// engines would stream them instead.
 template <class T>
 void reserve_samples(vulkan::Device& device, std::uint64_t n, std::uint64_t d, std::uint64_t chunk_rows,
-                     ResidentSamples<T>& resident) {
+                     ResidentSamples<T>& resident, const std::atomic<bool>* enough = nullptr) {
   const std::uint64_t s = sizeof(T), budget = device_memory_budget(device.info());
   if (n == 0 || chunk_rows == 0 || (budget && 2 * n * (d + 1) * s > budget)) return;
   const auto start = std::chrono::steady_clock::now();
   std::vector<ResidentChunk> chunks;
-  for (std::uint64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+  for (std::uint64_t r0 = 0; r0 < n && !(r0 > 0 && enough && enough->load()); r0 += chunk_rows) {
     ResidentChunk c;
     c.first = r0;
     c.rows = std::min(chunk_rows, n - r0);
