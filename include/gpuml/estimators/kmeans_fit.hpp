@@ -236,6 +236,10 @@ class LocalRows {
  public:
   explicit LocalRows(Backend backend, std::optional<KMeansTileParams> tile = {})
       : backend_(std::move(backend)), tile_(tile) {}
+  /// A fit that failed before its first engine (its checks) waits only for the chunk being reserved.
+  ~LocalRows() { enough_reserved_ = true; }
+  LocalRows(const LocalRows&) = delete;
+  LocalRows& operator=(const LocalRows&) = delete;
 
   void check_non_empty(MatrixView<T> X) const { checks::non_empty(X, "X"); }
   std::int64_t total_rows(std::int64_t n) const { return n; }
