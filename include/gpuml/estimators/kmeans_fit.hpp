@@ -268,22 +268,30 @@ class LocalRows {
     if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
     const bool plus_plus_first = !p.init_centers && p.init == "k-means++";
     const auto k = static_cast<std::uint32_t>(p.n_clusters);
+    const auto cols = static_cast<std::uint64_t>(d);
+    // Each shard's layout on this thread: choosing a tile may warn, and warnings go to the caller's handlers.
+    const std::vector<vulkan::Device*> devices = devices_of(backend_);
+    const std::size_t shards = kernels::shard_count(devices, n);
+    std::vector<std::uint64_t> chunk_rows(shards);
+    for (std::size_t s = 0; s < shards; ++s) {
+      const auto [first, end] = kernels::shard_rows(n, static_cast<std::int64_t>(shards), static_cast<std::int64_t>(s));
+      const auto r = static_cast<std::uint64_t>(end - first);
+      chunk_rows[s] = plus_plus_first ? kernels::PlusPlusEngine<T>::sample_chunk_rows(*devices[s], r, cols)
+                                      : kernels::LloydEngine<T>::sample_chunk_rows(*devices[s], r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
+    }
     try {
-      reserving_ = std::async(std::launch::async, [this, n, d, e_step, plus_plus_first, k] {
+      reserving_ = std::async(std::launch::async, [this, n, cols, devices, chunk_rows] {
         try {
-          kernels::on_shards(devices_of(backend_), n, [&](std::size_t s, vulkan::Device& device, std::int64_t, std::int64_t rows) {
-            const auto r = static_cast<std::uint64_t>(rows), cols = static_cast<std::uint64_t>(d);
-            const std::uint64_t chunk_rows =
-                plus_plus_first ? kernels::PlusPlusEngine<T>::sample_chunk_rows(device, r, cols)
-                                : kernels::LloydEngine<T>::sample_chunk_rows(device, r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
-            kernels::reserve_samples<T>(device, r, cols, chunk_rows, resident_[s], &enough_reserved_);
+          kernels::on_shards(devices, n, [&](std::size_t s, vulkan::Device& device, std::int64_t, std::int64_t rows) {
+            kernels::reserve_samples<T>(device, static_cast<std::uint64_t>(rows), cols, chunk_rows[s], resident_[s],
+                                        &enough_reserved_);
           });
         } catch (...) {
-          // No memory to reserve (or no device to plan for): each engine allocates, and says what is wrong.
+          // No memory to reserve: each engine allocates, and says what is wrong.
         }
       });
-    } catch (const std::system_error&) {
-      // No thread: the engines allocate as they go.
+    } catch (...) {
+      // No thread (or no memory for one): the engines allocate as they go.
     }
   }
 
@@ -293,15 +301,20 @@ class LocalRows {
                              algorithms::NumpyRandomState& random, const algorithms::SumFrame& frame,
                              std::vector<std::int64_t>* chosen = nullptr) {
     reserved();
-    if (p.init == "k-means++")
-      return run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen, frame);
+    if (p.init == "k-means++") {
+      Matrix<T> centers = run_kmeans_plus_plus<T>(backend_, Xc, w, p.n_clusters, random, &resident_, chosen, frame);
+      drop_reserved();
+      return centers;
+    }
     return algorithms::random_init<T>(Xc, w, p.n_clusters, random, chosen);
   }
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
                                    const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
     reserved();
-    return run_lloyd<T>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration, p.keep_going,
-                        p.e_step, &resident_, tile_, frame);
+    auto result = run_lloyd<T>(backend_, Xc, w, start, p.max_iter, tol_absolute, p.verbose, p.on_iteration, p.keep_going,
+                               p.e_step, &resident_, tile_, frame);
+    drop_reserved();
+    return result;
   }
   bool same_clustering(const Labels& a, const Labels& b, int k) const { return detail::same_clustering(a, b, k); }
   int distinct_labels(const Labels& labels, int k) const { return algorithms::distinct_labels(labels, k); }
@@ -334,6 +347,11 @@ class LocalRows {
   void reserved() {
     enough_reserved_ = true;
     if (reserving_.valid()) reserving_.get();
+  }
+  /// Frees what an engine left reserved (it fell back to the host before placing its samples): not held for the
+  /// rest of the fit.
+  void drop_reserved() {
+    for (auto& r : resident_) r.drop_reserved();
   }
 
   // X and the weights on each device (its shard where there are several): uploaded once for every engine and run.

@@ -110,6 +110,12 @@ class ResidentSamples {
     reserved_device_ = nullptr;
     return out;
   }
+  /// Ends the reservation, its memory freed off the caller's thread.
+  void drop_reserved() noexcept {
+    release_later(reserved_device_, reserved_);
+    reserved_.clear();
+    reserved_device_ = nullptr;
+  }
   /// Whether device memory is reserved (for the statistics and tests).
   bool reserved() const noexcept { return !reserved_.empty(); }
 
