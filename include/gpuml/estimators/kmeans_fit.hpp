@@ -57,6 +57,12 @@ inline std::vector<vulkan::Device*> devices_of(const Backend& backend) {
   return devices;
 }
 
+/// The E-step the engines run where `asked` is: Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic
+/// choice into the plain E-step.
+inline KMeansEStep configured_e_step(KMeansEStep asked) {
+  return asked == KMeansEStep::automatic && !config().kmeans_bounds() ? KMeansEStep::plain : asked;
+}
+
 template <class T>
 host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorView<T> w, const Matrix<T>& init,
                                int max_iter, double tol_absolute, bool verbose, const IterationCallback& on_iteration,
@@ -64,8 +70,7 @@ host::LloydResult<T> run_lloyd(const Backend& backend, ShiftedView<T> X, VectorV
                                std::vector<kernels::ResidentSamples<T>>* resident = nullptr,
                                const std::optional<KMeansTileParams>& tile = {},
                                const std::optional<algorithms::SumFrame>& frame = {}) {
-  // Config::kmeans_bounds (GPUML_KMEANS_BOUNDS=0) turns the automatic choice into the plain E-step.
-  if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
+  e_step = configured_e_step(e_step);
   return run_on<T>(
       backend, "KMeans",
       [&] {
@@ -264,8 +269,7 @@ class LocalRows {
   /// a failure leaves the engines to allocate.
   void reserve_samples(std::int64_t n, std::int64_t d, const KMeansParams& p) {
     if (!backend_.is_vulkan() || n <= 0 || d <= 0) return;
-    KMeansEStep e_step = p.e_step;  // as run_lloyd resolves it
-    if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
+    const KMeansEStep e_step = configured_e_step(p.e_step);
     const bool plus_plus_first = !p.init_centers && p.init == "k-means++";
     const auto k = static_cast<std::uint32_t>(p.n_clusters);
     const auto cols = static_cast<std::uint64_t>(d);

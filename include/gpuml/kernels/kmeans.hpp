@@ -170,14 +170,10 @@ class LloydEngine {
   static std::uint64_t sample_chunk_rows(const vulkan::Device& device, std::uint64_t n, std::uint32_t d, std::uint32_t k,
                                          KMeansEStep e_step = KMeansEStep::plain,
                                          const std::optional<KMeansTileParams>& fixed_tile = {}) {
-    try {
-      require_scalar_support<T>(device);
-      if (!device.info().int64) return 0;  // the engine refuses such a device
+    return chunk_rows_or_zero<T>(device, [&] {
       const Layout layout = plan_layout(device, n, d, k, e_step, fixed_tile);
       return layout.why.empty() ? layout.chunk_rows : 0;
-    } catch (const std::exception&) {
-      return 0;  // the engine itself will say what is wrong
-    }
+    });
   }
 
   const LloydPlan& plan() const { return plan_; }

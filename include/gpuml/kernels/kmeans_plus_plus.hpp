@@ -42,13 +42,7 @@ class PlusPlusEngine {
   /// The rows per chunk of samples an engine for n rows of d features places on `device` (kernels::place_samples),
   /// so that device memory can be reserved for them ahead of the engine (reserve_samples).
   static std::uint64_t sample_chunk_rows(const vulkan::Device& device, std::uint64_t n, std::uint64_t d) {
-    try {
-      require_scalar_support<T>(device);
-      if (!device.info().int64) return 0;  // the engine refuses such a device
-      return chunk_rows_for(device, n, d, 0);
-    } catch (const std::exception&) {
-      return 0;  // the engine itself will say what is wrong
-    }
+    return chunk_rows_or_zero<T>(device, [&] { return chunk_rows_for(device, n, d, 0); });
   }
 
   /// `max_chunk_bytes` caps one chunk of X below the device's binding limit (0: no cap; tests split small data).

@@ -5,6 +5,7 @@
 
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/kernels/distance.hpp>
 #include <gpuml/policy/limits.hpp>
 #include <gpuml/shaders/shift_rows_kernel.hpp>
 #include <gpuml/vulkan/commands.hpp>
@@ -63,16 +64,15 @@ class ResidentSamples {
   /// The samples' device memory is freed off the caller's thread (Device::release_later): a fit returns without
   /// waiting for gigabytes to be released.
   ~ResidentSamples() {
-    release_later(device_, chunks_);
-    release_later(reserved_device_, reserved_);
+    kept_.release_later();
+    reserved_.release_later();
   }
   /// The chunks of `chunk_rows` rows of n samples on `device`, where this holds them; else empty.
   std::vector<ResidentChunk> take(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) const {
-    if (device_ != &device || n_ != n || chunk_rows_ != chunk_rows) return {};
-    return chunks_;
+    return kept_.holds(device, n, chunk_rows) ? kept_.chunks : std::vector<ResidentChunk>{};
   }
   /// The chunks held (empty before an engine left any).
-  const std::vector<ResidentChunk>& chunks() const { return chunks_; }
+  const std::vector<ResidentChunk>& chunks() const { return kept_.chunks; }
   /// How many times the samples were uploaded for the engines this served (the fit's statistics).
   int uploads() const noexcept { return uploads_; }
   void count_upload(bool into_reserved = false) noexcept {
@@ -86,10 +86,7 @@ class ResidentSamples {
   double upload_seconds() const noexcept { return upload_seconds_; }
   void add_upload_seconds(double seconds) noexcept { upload_seconds_ += seconds; }
   void keep(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks) {
-    device_ = &device;
-    n_ = n;
-    chunk_rows_ = chunk_rows;
-    chunks_ = std::move(chunks);
+    kept_ = Held{&device, n, chunk_rows, std::move(chunks)};
   }
   /// Holds device memory allocated ahead for the first chunks of `chunk_rows` rows of n samples on `device` (all, or
   /// those allocated in time), not yet written (reserve_samples): the next place_samples in that layout fills them
@@ -97,45 +94,44 @@ class ResidentSamples {
   void reserve(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks,
                double seconds = 0) {
     reserve_seconds_ += seconds;
-    reserved_device_ = &device;
-    reserved_n_ = n;
-    reserved_chunk_rows_ = chunk_rows;
-    reserved_ = std::move(chunks);
+    reserved_ = Held{&device, n, chunk_rows, std::move(chunks)};
   }
   /// The reserved chunks where they are for this layout on `device`, else none; the reservation ends either way (an
   /// engine in another layout or place frees it before allocating its own).
   std::vector<ResidentChunk> take_reserved(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) {
-    std::vector<ResidentChunk> out = std::exchange(reserved_, {});
-    if (reserved_device_ != &device || reserved_n_ != n || reserved_chunk_rows_ != chunk_rows) out.clear();
-    reserved_device_ = nullptr;
-    return out;
+    Held taken = std::exchange(reserved_, Held{});
+    return taken.holds(device, n, chunk_rows) ? std::move(taken.chunks) : std::vector<ResidentChunk>{};
   }
   /// Ends the reservation, its memory freed off the caller's thread.
   void drop_reserved() noexcept {
-    release_later(reserved_device_, reserved_);
-    reserved_.clear();
-    reserved_device_ = nullptr;
+    reserved_.release_later();
+    reserved_ = Held{};
   }
   /// Whether device memory is reserved (for the statistics and tests).
-  bool reserved() const noexcept { return !reserved_.empty(); }
+  bool reserved() const noexcept { return !reserved_.chunks.empty(); }
 
  private:
-  /// The chunks' device memory is freed off the caller's thread (Device::release_later).
-  static void release_later(const vulkan::Device* device, std::vector<ResidentChunk>& chunks) noexcept {
-    if (!device || chunks.empty()) return;
-    try {
-      device->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks)));
-    } catch (...) {
-      // No memory for the hand-off: the chunks go with this.
-    }
-  }
+  /// Chunks in one layout (n rows in chunks of chunk_rows) on one device.
+  struct Held {
+    const vulkan::Device* device = nullptr;
+    std::uint64_t n = 0, chunk_rows = 0;
+    std::vector<ResidentChunk> chunks;
 
-  const vulkan::Device* device_ = nullptr;
-  std::uint64_t n_ = 0, chunk_rows_ = 0;
-  std::vector<ResidentChunk> chunks_;
-  const vulkan::Device* reserved_device_ = nullptr;
-  std::uint64_t reserved_n_ = 0, reserved_chunk_rows_ = 0;
-  std::vector<ResidentChunk> reserved_;
+    bool holds(const vulkan::Device& on, std::uint64_t rows, std::uint64_t per_chunk) const {
+      return device == &on && n == rows && chunk_rows == per_chunk;
+    }
+    /// The chunks' device memory is freed off the caller's thread (Device::release_later).
+    void release_later() noexcept {
+      if (!device || chunks.empty()) return;
+      try {
+        device->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks)));
+      } catch (...) {
+        // No memory for the hand-off: the chunks go with this.
+      }
+    }
+  };
+
+  Held kept_, reserved_;
   int uploads_ = 0, reserved_uploads_ = 0;
   double upload_seconds_ = 0, reserve_seconds_ = 0;
 };
@@ -227,6 +223,19 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   }
   if (keepable) resident->keep(device, n, chunk_rows, chunks);
   return chunks;
+}
+
+/// `chunk_rows()`, an engine's rows per chunk of samples on `device` (its sample_chunk_rows), or 0 where the engine
+/// would refuse the device or the problem: it says why itself when it runs.
+template <class T, class ChunkRows>
+std::uint64_t chunk_rows_or_zero(const vulkan::Device& device, ChunkRows&& chunk_rows) noexcept {
+  try {
+    require_scalar_support<T>(device);
+    if (!device.info().int64) return 0;  // the k-means engines add their sums in 64-bit integers
+    return chunk_rows();
+  } catch (...) {
+    return 0;
+  }
 }
 
 /// Allocates the device memory of the chunks of n samples of d features, `chunk_rows` rows each, that the fit's next

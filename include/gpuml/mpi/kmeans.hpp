@@ -540,8 +540,7 @@ class RankRows {
   algorithms::LloydResult<T> lloyd(const ShiftedView<T>& Xc, VectorView<T> w, const Matrix<T>& start,
                                    const KMeansParams& p, double tol_absolute, const algorithms::SumFrame& frame) {
     const auto k = static_cast<std::uint32_t>(start.rows());
-    KMeansEStep e_step = p.e_step;
-    if (e_step == KMeansEStep::automatic && !config().kmeans_bounds()) e_step = KMeansEStep::plain;
+    const KMeansEStep e_step = gpuml::detail::configured_e_step(p.e_step);
     std::optional<kernels::LloydEngine<T>> on_device;
     std::optional<host::kmeans_detail::HostLloyd<T>> on_host;
     comm_.guarded([&] {
