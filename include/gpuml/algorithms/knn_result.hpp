@@ -25,8 +25,26 @@ struct KnnSearchStats {
   // (counted once per extra search; the fields above describe the first search only).
   std::uint64_t boundary_queries = 0;
 
+  /// Where the search's time went, in milliseconds. On the device (timestamps; negative where the queue has none):
+  /// the queries' squared norms and float16 rows (load), the bounding passes (bound), the list or heap pass over
+  /// the database (scan), the lists' gather (gather), the results' copy back (read). On the host (wall time):
+  /// plan, buffers, kernels and the database's float16 rows (setup), the queries packed into staging (pack),
+  /// waiting for the device (wait), the running lists of successive blocks (merge), the exact values and order of
+  /// the selected pairs (finish), the whole search (total).
+  struct Phases {
+    double load = 0, bound = 0, scan = 0, gather = 0, read = 0;
+    double setup = 0, pack = 0, wait = 0, merge = 0, finish = 0, total = 0;
+    void add(const Phases& o) {
+      for (auto [a, b] : {std::pair{&load, o.load}, {&bound, o.bound}, {&scan, o.scan}, {&gather, o.gather},
+                          {&read, o.read}})
+        add_device_ms(*a, b);
+      setup += o.setup, pack += o.pack, wait += o.wait, merge += o.merge, finish += o.finish, total += o.total;
+    }
+  } ms;
+
   /// Adds another part's search (a shard's, searched at the same time): device times add where both have them.
   void add(const KnnSearchStats& other) {
+    ms.add(other.ms);
     add_device_ms(device_ms, other.device_ms);
     sample_rows += other.sample_rows;
     list_batches += other.list_batches;

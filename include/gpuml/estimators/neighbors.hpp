@@ -35,6 +35,8 @@ struct knn_default_policy;  // policy/knn.hpp
 
 template <class T>
 using KnnResult = algorithms::KnnResult<T>;
+/// What a search did on a device, and where its time went (KnnResult::stats).
+using KnnSearchStats = algorithms::KnnSearchStats;
 template <class T>
 using RadiusResult = algorithms::RadiusResult<T>;
 

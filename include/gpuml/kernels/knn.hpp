@@ -66,6 +66,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -613,16 +614,27 @@ class KnnPasses {
       : device_(device), cmds_(cmds), kernels_(kernels), ws_(ws), stats_(stats), shape_(shape),
         layout_(KnnWorkspace<T>::readback_layout(shape.batch_queries, shape.k)) {}
 
+  /// The points of a recording whose timestamps time the search's phases (KnnSearchStats::Phases): a phase ends
+  /// at its mark and starts at the latest mark recorded before it.
+  enum Mark : std::uint32_t { kMarkBegin, kMarkLoaded, kMarkBound, kMarkScanned, kMarkGathered, kMarkEnd, kMarks };
+
   /// Starts a new recording; clears the loop-limit report first where `clear_status` (CPU devices).
   void begin(bool clear_status) {
     cmds_.reset();
+    marked_ = 0;
     if (clear_status) {
       cmds_.fill(ws_.status, 0, 16, 0u);
       cmds_.barrier();
     }
+    mark(kMarkBegin);
   }
-  /// Where the passes' device time starts (submit ends it).
-  void start_clock() { cmds_.timestamp(0); }
+  /// Where the passes' device time starts (submit ends it): after the queries' load.
+  void start_clock() { mark(kMarkLoaded); }
+  /// Records the timestamp of `m` (once per recording).
+  void mark(Mark m) {
+    cmds_.timestamp(m);
+    marked_ |= 1u << m;
+  }
   /// Makes every earlier pass's writes visible to every later pass.
   void barrier() { cmds_.barrier(); }
 
@@ -761,9 +773,17 @@ class KnnPasses {
   /// Submits the recording and waits; adds its device time (from start_clock) to the stats. Throws
   /// gpuml::unsupported where llvmpipe cut a kernel short.
   void submit() {
-    cmds_.timestamp(1);
+    mark(kMarkEnd);
+    const auto waited = std::chrono::steady_clock::now();
     cmds_.submit_and_wait();
-    add_device_ms(stats_.device_ms, cmds_.elapsed_ms(0, 1));
+    stats_.ms.wait += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waited).count();
+    add_device_ms(stats_.device_ms, cmds_.elapsed_ms(kMarkLoaded, kMarkEnd));
+    double* phase[kMarks] = {nullptr, &stats_.ms.load, &stats_.ms.bound, &stats_.ms.scan, &stats_.ms.gather, &stats_.ms.read};
+    for (std::uint32_t from = kMarkBegin, to = from + 1; to < kMarks; ++to) {
+      if (!(marked_ >> to & 1u)) continue;
+      add_device_ms(*phase[to], cmds_.elapsed_ms(from, to));
+      from = to;
+    }
     if (device_.info().type == vulkan::DeviceType::cpu && *static_cast<const std::uint32_t*>(ws_.status.mapped()) != 0)
       throw unsupported(device_.info().name + " cut the k-NN kernels short (llvmpipe's limit of 65535 loop iterations "
                         "per invocation) for d=" + std::to_string(shape_.d) + ", k=" + std::to_string(shape_.k));
@@ -798,6 +818,7 @@ class KnnPasses {
   const Block* block_ = nullptr;
   const KnnHalfRows* half_ = nullptr;
   std::uint64_t mb_ = 0;
+  std::uint32_t marked_ = 0;  // the marks recorded since begin (bit per Mark)
   float query_scale_ = 1;  // the loaded queries' float16 scale
 };
 
@@ -812,6 +833,7 @@ void search_with_heaps(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspac
   const std::uint64_t splits = plan.splits(rows);
   passes.heap_pass(splits, plan.cut.split_rows, plan.cut.split_rows, bounds, ws.heap_v, ws.heap_i);
   passes.merge_heaps(ws.heap_v, ws.heap_i, splits);
+  passes.mark(KnnPasses<T>::kMarkScanned);
   passes.read_back(ws.heap_v, ws.heap_i, false);
   passes.submit();
 }
@@ -842,6 +864,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
     passes.barrier();
     st.sample_rows += sample.list_splits * sample.list_rows;
   }
+  if (bounded) passes.mark(KnnPasses<T>::kMarkBound);
   const vulkan::Buffer& bound = list_sample ? ws.bound_v : ws.sample_v;
   if (!lists) {
     search_with_heaps(device, passes, ws, plan, rows, bounded ? &bound : nullptr);
@@ -849,7 +872,9 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   }
   passes.list_pass(plan.splits(rows), plan.cut.split_rows, plan.cut.split_rows, bound, plan.k, ws.listed);
   passes.barrier();
+  passes.mark(KnnPasses<T>::kMarkScanned);
   passes.gather_lists(ws.listed, ws.out_v, ws.out_i);
+  passes.mark(KnnPasses<T>::kMarkGathered);
   passes.read_back(ws.out_v, ws.out_i, true);
   passes.submit();
   // Overflowed lists (many pairs tied at a bound): the list sample's, whose bounds are then unusable, or the
@@ -897,6 +922,9 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
                       const KnnSearchOptions& options, KnnWorkspace<T>& ws, std::vector<std::pair<T, std::int64_t>>& best,
                       KnnSearchStats& st) {
   const std::int64_t n = database.rows(), d = database.cols(), m = queries.rows();
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  auto t0 = Clock::now();
   // The plan.
   const std::uint64_t nb_max = resident ? resident->blocks().front().rows : database_block_rows<T>(device, n, d);
   const KnnSearchPlan plan = plan_search<T>(device.info(), device.max_buffer_bytes(), tile, lists_allowed, nb_max, n, m,
@@ -915,10 +943,12 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
   st.streamed = resident == nullptr;
 
   // The blocks and batches, through the passes.
-  vulkan::Commands cmds(device, 2);
+  vulkan::Commands cmds(device, KnnPasses<T>::kMarks);
   KnnPasses<T> passes(device, cmds, kernels, ws, st, plan.pass_shape());
   if (plan.coop && resident) resident->half_blocks().resize(plan.blocks);
+  st.ms.setup += since(t0);
   for (std::uint64_t blk = 0; blk < plan.blocks; ++blk) {
+    t0 = Clock::now();
     const std::uint64_t b0 = blk * nb_max;
     typename KnnDatabase<T>::Block streamed;
     if (!resident) streamed = KnnDatabase<T>::upload_block(device, database, b0, std::min<std::uint64_t>(nb_max, n - b0));
@@ -927,16 +957,21 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
     KnnHalfRows* xhalf = plan.coop ? (resident ? &resident->half_blocks()[blk] : &streamed_half) : nullptr;
     if (xhalf) make_half_block<T>(device, *kernels.half, database, block, *xhalf);
     const KnnBoundSample sample = plan.sample(block.rows);
+    st.ms.setup += since(t0);
     for (std::uint64_t q0 = 0; q0 < std::uint64_t(m); q0 += plan.batch_queries) {
       const std::uint64_t mb = std::min<std::uint64_t>(plan.batch_queries, m - q0);
+      t0 = Clock::now();
       passes.begin(plan.cpu);
       if (plan.batches > 1 || blk == 0) passes.load_queries(queries, q0, mb);
       passes.start_clock();
+      st.ms.pack += since(t0);
       passes.set_block(block, xhalf, mb);
       const bool from_lists = search_block_batch<T>(device, passes, ws, plan, sample, block.rows, st);
       const auto [vals, idx] = from_lists ? passes.results(ws.out_v, ws.out_i) : passes.results(ws.heap_v, ws.heap_i);
       // The first block's pairs are all kept unsorted: the finish sorts them anyway.
+      t0 = Clock::now();
       merge_running<T>(best, best_count, vals, idx, q0, mb, k, blk > 0);
+      st.ms.merge += since(t0);
       if (options.on_progress &&
           !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, plan.blocks * std::uint64_t(m)}))
         throw cancelled("the k-NN search was cancelled");
@@ -977,6 +1012,9 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
     throw error("knn_search: the resident database does not match the database given");
 
+  using Clock = std::chrono::steady_clock;
+  const auto search_start = Clock::now();
+  double selecting_ms = 0;  // in the selections on the device; the rest of the search is the host's finish
   KnnSearchStats local_stats;
   KnnSearchStats& st = stats ? *stats : local_stats;
   st = KnnSearchStats{.device_ms = 0};
@@ -997,19 +1035,26 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
       [&](MatrixView<T> batch, Index width, algorithms::Candidates<T>& out) {
         // The first selection gives the search's statistics and progress; a wider one for a few queries adds its
         // device time.
+        const auto selecting = Clock::now();
         KnnSearchStats wider{.device_ms = 0};
         KnnSearchOptions round = options;
         if (!first) round.on_progress = nullptr;
         const std::uint64_t returned_k = first ? std::uint64_t(k) : std::uint64_t(width);
         knn_detail::select_on_device<T>(device, database, batch, static_cast<int>(width), returned_k, metric, resident, tile,
                                         lists_allowed, round, ws, out, first ? st : wider);
-        if (!first) add_device_ms(st.device_ms, wider.device_ms);
+        if (!first) {
+          add_device_ms(st.device_ms, wider.device_ms);
+          st.ms.add(wider.ms);
+        }
         first = false;
+        selecting_ms += std::chrono::duration<double, std::milli>(Clock::now() - selecting).count();
       },
       [&] {
         return resident ? resident->integer_rows_norm(database) : algorithms::knn_boundary::integer_rows_norm<T>(database);
       });
   st.boundary_queries = result.stats.boundary_queries;
+  st.ms.total = std::chrono::duration<double, std::milli>(Clock::now() - search_start).count();
+  st.ms.finish = st.ms.total - selecting_ms;
   result.stats = st;
   return result;
 }
