@@ -10,8 +10,11 @@
 //
 // Queries and database rows come as float16 (knn_half.comp: one power-of-two scale per matrix, rows padded to a
 // multiple of 16 features). Every subgroup multiplies a 64 x 64 block of (query, row) pairs, 16 x 16 x 16 at a
-// time with float32 sums, its operands read straight from the buffers (a workgroup's tiles stay in the L1 cache; no
-// staging, no workgroup barrier in the loop). A pair is a candidate when its approximate value, less a rigorous
+// time with float32 sums. The workgroup stages its operands in shared memory 16 features at a time, double
+// buffered: the next step's (or the next tile's first) are loaded from the buffers into registers while this
+// step's products run, so no subgroup waits on a global load (the accumulators leave room for few subgroups per
+// SM, too few to hide that wait: loading the matrices straight from the buffers spent most of the pass there). A
+// pair is a candidate when its approximate value, less a rigorous
 // bound on the error (knn_half_bound.glsl), is at most its query's bound; the candidate's database index is
 // appended to the query's list. Candidates are a superset of the pairs knn_select.comp would append;
 // knn_gather.comp (EXACT) forms their values exactly as knn_select.comp does before it sorts them, so the lists
@@ -34,13 +37,36 @@ const uint BM = kBlockQueries, BN = kBlockRows, WM = 64, WN = 64, FM = WM / 16, 
 #define F16_16X16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32_16X16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
-layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf { uint qh[]; };
-layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf { uint xh[]; };
 layout(std430, binding = kBindingQueryNorms) readonly restrict buffer QNormBuf { float qn[]; };
 layout(std430, binding = kBindingRowTerms) readonly restrict buffer XTermBuf { float xterm[]; };
 layout(std430, binding = kBindingIndices) writeonly restrict buffer IdxBuf { uint li[]; };
 layout(std430, binding = kBindingListed) buffer ListedBuf { uint listed[]; };
 layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { float bound_v[]; };
+
+const uint KP = 8;  // float16 pairs (uints) per step: 16 features
+layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf4 { uvec4 qh4[]; };
+layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf4 { uvec4 xh4[]; };
+shared uint qs[2 * BM * KP];  // the step's queries, double buffered
+shared uint xs[2 * BN * KP];  // the step's database rows
+
+// Thread t's share of a step's operands: uvec4 v = t + 128 h of the queries' (row v / 2, half v % 2 of the step)
+// and of the rows'. Rows are padded (queries to the tile, the block by a tile), so no load is out of range.
+void fetch(uint row0, uint col0, uint k0, out uvec4 q[2], out uvec4 x[2]) {
+  [[unroll]] for (uint h = 0; h < 2; ++h) {
+    const uint v = gl_LocalInvocationID.x + 128 * h, r = v / 2, part = 4 * (v % 2);
+    q[h] = qh4[((row0 + r) * p.pairs + k0 + part) / 4];
+    x[h] = xh4[((col0 + r) * p.pairs + k0 + part) / 4];
+  }
+}
+void stage(uint buf, uvec4 q[2], uvec4 x[2]) {
+  [[unroll]] for (uint h = 0; h < 2; ++h) {
+    const uint v = gl_LocalInvocationID.x + 128 * h, at = (v / 2) * KP + 4 * (v % 2);
+    [[unroll]] for (uint c = 0; c < 4; ++c) {
+      qs[buf * BM * KP + at + c] = q[h][c];
+      xs[buf * BN * KP + at + c] = x[h][c];
+    }
+  }
+}
 
 shared float q_rest[BM];  // per query: half_row_term(|q|^2) - its bound (+inf past the batch)
 const uint SROW = WN + 4, SCRATCH = 16 * SROW;
@@ -64,26 +90,45 @@ void main() {
   }
   barrier();
 
-  const uint a0 = (row0 + WM * sy) * p.pairs;
   // Tiles start on a multiple of 16 rows (aligned loads); rows before c_begin are skipped as candidates.
-  for (uint col0 = c_begin & ~15u; col0 < c_end; col0 += BN) {
+  uint col0 = c_begin & ~15u;
+  uvec4 next_q[2], next_x[2];
+  fetch(row0, col0, 0, next_q, next_x);
+  stage(0, next_q, next_x);
+  memoryBarrierShared();
+  barrier();
+  uint buf = 0;
+  for (; col0 < c_end; col0 += BN) {
     const uint bcol = col0 + WN * sx;
     F32_16X16 acc[FM][FN];
     [[unroll]] for (uint i = 0; i < FM; ++i)
       [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = F32_16X16(0.0);
-    const uint b0 = bcol * p.pairs;
-    for (uint k0 = 0; k0 < p.pairs; k0 += 8) {
+    for (uint k0 = 0; k0 < p.pairs; k0 += KP) {
+      const bool last = k0 + KP == p.pairs;
+      const uint next_k = last ? 0 : k0 + KP, next_col = last ? col0 + BN : col0;
+      const bool ahead = next_col < c_end;  // uniform over the workgroup
+      if (ahead) fetch(row0, next_col, next_k, next_q, next_x);
       F16_16X16 a[FM], b[FN];
-      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qh, a0 + 16 * i * p.pairs + k0, p.pairs, false);
-      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xh, b0 + 16 * j * p.pairs + k0, p.pairs, true);
+      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qs, buf * BM * KP + (WM * sy + 16 * i) * KP, KP, false);
+      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * KP + (WN * sx + 16 * j) * KP, KP, true);
       [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+      if (ahead) stage(buf ^ 1u, next_q, next_x);
+      memoryBarrierShared();
+      barrier();
+      buf ^= 1u;
     }
     // The test, one 16 x 64 strip of the subgroup's block at a time through its scratch in shared memory: lane l
-    // takes row l / 2 of the strip and every other column from l % 2 (2-way bank conflicts at most).
-    const uint lane = gl_SubgroupInvocationID, srow = lane / 2, scol = lane % 2;
+    // takes row l / 2 of the strip and every other column from l % 2, rows 8 to 15 a column pair later than rows 0
+    // to 7 (column(h)), so that the 32 lanes read 32 different banks. The rows' terms of the lane's 32 columns are
+    // read once per tile, into registers.
+    const uint lane = gl_SubgroupInvocationID, srow = lane / 2, scol = lane % 2, skew = srow / 8;
     x_rest[sg * WN + lane] = xterm[bcol + lane];
     x_rest[sg * WN + 32 + lane] = xterm[bcol + 32 + lane];
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    float xr[WN / 2];
+    [[unroll]] for (uint h = 0; h < WN / 2; ++h) xr[h] = x_rest[sg * WN + scol + 2 * ((h + skew) % (WN / 2))];
     [[unroll]] for (uint i = 0; i < FM; ++i) {
       [[unroll]] for (uint j = 0; j < FN; ++j) coopMatStoreNV(acc[i][j], scratch, sg * SCRATCH + 16 * j, SROW, false);
       subgroupMemoryBarrierShared();
@@ -91,13 +136,13 @@ void main() {
       {
         const uint r = WM * sy + 16 * i + srow, q = row0 + r;
         const float qr = q_rest[r];
-        uint hits = 0;  // bit h: column scol + 2 h is a candidate (NaN included); branch-free
+        uint hits = 0;  // bit h: column scol + 2 ((h + skew) mod 32) is a candidate (NaN included); branch-free
         [[unroll]] for (uint h = 0; h < WN / 2; ++h) {
-          const uint c = scol + 2 * h;
-          if (!(fma(scratch[sg * SCRATCH + srow * SROW + c], p.m2w, qr + x_rest[sg * WN + c]) > 0.0)) hits |= 1u << h;
+          const uint c = scol + 2 * ((h + skew) % (WN / 2));
+          if (!(fma(scratch[sg * SCRATCH + srow * SROW + c], p.m2w, qr + xr[h]) > 0.0)) hits |= 1u << h;
         }
         while (hits != 0) {
-          const uint gc = bcol + scol + 2 * findLSB(hits);
+          const uint gc = bcol + scol + 2 * ((uint(findLSB(hits)) + skew) % (WN / 2));
           hits &= hits - 1;
           if (q >= p.m || gc < c_begin || gc >= c_end) continue;
           const uint slot = atomicAdd(listed[q], 1u);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <set>
 #include <span>
@@ -352,6 +353,47 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
       const auto streamed = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m);
       EXPECT_EQ(streamed.indices, got.indices);
       EXPECT_EQ(streamed.distances, got.distances);
+    }
+  }
+}
+
+TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  // Float32 (squared) euclidean searches from candidate lists on a device with float64 form their pairs' returned
+  // values on the device (knn_exact_keys.comp) as the host's finish forms them: the results are the host engine's
+  // bit for bit. Among them pairs the device must leave to the host: subnormal values, and exact duplicates of a
+  // query (distance 0). d = 37 leaves a tail after the groups of four.
+  const Eigen::Index n = 20011, m = 257;
+  const int d = 37, k = 17;
+  Matrix<T> db = random_matrix<T>(n, d, 91);
+  Matrix<T> q = random_matrix<T>(m, d, 92);
+  q.array() *= T(0.8);
+  for (Eigen::Index r = 0; r < m; r += 7) db.row(r * 61 + 5) = q.row(r);  // duplicates of every 7th query
+  for (Eigen::Index r = 1; r < m; r += 11) {  // subnormal features, in the query and in a near row
+    q(r, 3) = std::numeric_limits<T>::denorm_min() * T(3);
+    db.row(r * 61 + 6) = q.row(r);
+    db(r * 61 + 6, 0) += T(1e-3);
+  }
+  const gpuml::kernels::KnnDatabase<T> resident(*device, db);
+  const bool on_device = std::is_same_v<T, float> && device->info().float64;
+  for (Metric metric : {Metric::sqeuclidean, Metric::euclidean}) {
+    SCOPED_TRACE(metric_name(metric));
+    gpuml::kernels::KnnSearchStats stats;
+    const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, metric, &resident,
+                                                   gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
+    const auto host = gpuml::host::knn_search<T>(db, q, k, metric);
+    EXPECT_EQ(got.indices, host.indices);
+    EXPECT_EQ(got.distances, host.distances);
+    expect_matches_reference<T>(got, db, q, k, metric);
+    ASSERT_GE(stats.list_batches, 1u);
+    const std::uint64_t pairs = std::uint64_t(m) * std::uint64_t(gpuml::algorithms::first_selection_width(n, d, k, metric));
+    if (on_device) {
+      // Most pairs formed there; those of the duplicates and the subnormal rows left to the host.
+      EXPECT_GT(stats.squared_on_device, pairs / 2);
+      EXPECT_LE(stats.squared_on_device, pairs - std::uint64_t(m / 7) - std::uint64_t(m / 11));
+    } else {
+      EXPECT_EQ(stats.squared_on_device, 0u);
     }
   }
 }

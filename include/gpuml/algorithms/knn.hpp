@@ -21,6 +21,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,23 +44,27 @@ inline T dot_fixed(const T* a, const T* b, Index d) {
   return (s0 + s1) + (s2 + s3);
 }
 
-/// Squared euclidean distance from differences, fixed order; exactly 0 for identical rows.
+/// Squared euclidean distance from differences, fixed order; exactly 0 for identical rows. For float rows every
+/// difference is rounded to float and its square, exact in double, summed in double: the value then does not
+/// depend on whether a compiler fuses the products into the sums, so a device forms it bit for bit
+/// (shaders/knn_exact_keys.comp).
 template <class T>
 inline T sqdist_fixed(const T* a, const T* b, Index d) {
-  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  using Sum = std::conditional_t<std::is_same_v<T, float>, double, T>;
+  Sum s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   Index f = 0;
   for (; f + 4 <= d; f += 4) {
-    const T e0 = a[f] - b[f], e1 = a[f + 1] - b[f + 1], e2 = a[f + 2] - b[f + 2], e3 = a[f + 3] - b[f + 3];
+    const Sum e0 = a[f] - b[f], e1 = a[f + 1] - b[f + 1], e2 = a[f + 2] - b[f + 2], e3 = a[f + 3] - b[f + 3];
     s0 += e0 * e0;
     s1 += e1 * e1;
     s2 += e2 * e2;
     s3 += e3 * e3;
   }
   for (; f < d; ++f) {
-    const T e = a[f] - b[f];
+    const Sum e = a[f] - b[f];
     s0 += e * e;
   }
-  return (s0 + s1) + (s2 + s3);
+  return static_cast<T>((s0 + s1) + (s2 + s3));
 }
 
 /// Cosine distance of two rows with squared norms na, nb: 1 - cos, clipped to [0, 2]; 0 for identical rows.
@@ -98,6 +103,13 @@ T exact_key(const T* q, const T* x, Index d, Metric metric, T q_squared_norm) {
   T sq = sqdist_fixed(q, x, d);
   if (sq == T(0) && !std::equal(q, q + d, x)) sq = std::numeric_limits<T>::denorm_min();
   return metric == Metric::euclidean ? std::sqrt(sq) : sq;
+}
+
+/// exact_key of (squared) euclidean pairs from `squared`, sqdist_fixed's value as an engine formed it (positive:
+/// engines leave zeros, where equality decides, to exact_key).
+template <class T>
+T key_from_squared(T squared, Metric metric) {
+  return metric == Metric::euclidean ? std::sqrt(squared) : squared;
 }
 
 /// Row i of a result from its first k (key, index) pairs, sorted: keys are the returned values, negated for
@@ -201,9 +213,12 @@ bool exact_integer_sums(double q_sq, double x_sq) {
 
 /// Finishes one query from its `width` candidates: recomputed keys where the metric has them, sorted by (key,
 /// index), the first k written to row `row` of `result`. Returns whether the k are settled (see settled()).
+/// `squared`, where given, holds the candidates' sqdist_fixed values as the engine formed them (a device's), NaN
+/// where it left them to the host ((squared) euclidean only).
 template <class T>
-bool finish_query(MatrixView<T> database, const T* query, const std::pair<T, Index>* cand, Index width, int k,
-                  Metric metric, bool exact, std::vector<std::pair<T, Index>>& keyed, KnnResult<T>& result, Index row) {
+bool finish_query(MatrixView<T> database, const T* query, const std::pair<T, Index>* cand, const T* squared,
+                  Index width, int k, Metric metric, bool exact, std::vector<std::pair<T, Index>>& keyed,
+                  KnnResult<T>& result, Index row) {
   const Index d = database.cols();
   keyed.assign(cand, cand + width);
   const bool recompute = recomputes_values(metric);
@@ -211,7 +226,11 @@ bool finish_query(MatrixView<T> database, const T* query, const std::pair<T, Ind
   if (recompute) {
     for (const auto& p : keyed) last = std::max(last, p);
     const T q_squared = metric == Metric::cosine ? dot_fixed(query, query, d) : T(0);
-    for (auto& [v, j] : keyed) v = exact_key(query, database.row(j).data(), d, metric, q_squared);
+    for (Index c = 0; c < width; ++c) {
+      auto& [v, j] = keyed[static_cast<std::size_t>(c)];
+      v = squared && squared[c] > T(0) ? key_from_squared(squared[c], metric)
+                                       : exact_key(query, database.row(j).data(), d, metric, q_squared);
+    }
   }
   std::partial_sort(keyed.begin(), keyed.begin() + k, keyed.end());
   write_neighbours(result, row, keyed.data(), k, metric);
@@ -244,9 +263,10 @@ inline Index first_selection_width(Index n, Index d, int k, Metric metric) {
   return std::min<Index>(n, Index(k) + 8 + std::min<Index>(k, Index(k) * d / 4096));
 }
 
-/// A search's result from an engine's selection. select(queries, width, out) fills `out` with the Candidates of
-/// `queries` (a view of the search's queries or a copy of some of them); `candidates` is the storage it fills (an
-/// engine may keep it between searches). The first selection is first_selection_width() wide. A query whose k-th
+/// A search's result from an engine's selection. select(queries, width, out, squared) fills `out` with the
+/// Candidates of `queries` (a view of the search's queries or a copy of some of them) and, for (squared) euclidean
+/// searches where the engine forms them, `squared` with each candidate's sqdist_fixed value (NaN: left to the host;
+/// empty: none); `candidates` and `squared` are the storage it fills (an engine may keep them between searches). The first selection is first_selection_width() wide. A query whose k-th
 /// neighbour it cannot settle (knn_boundary::settled) is searched again with half as many pairs more (usually a few
 /// rows were missing, and a device's search of that width costs about as little as the first), then with four
 /// times as many each time (ties), at most `widest` (or the first width), and past that scanned on the host; `database_integer_norm()` tells, only when
@@ -255,13 +275,14 @@ inline Index first_selection_width(Index n, Index d, int k, Metric metric) {
 /// result's stats count (boundary_queries).
 template <class T, class Select, class DatabaseIntegerNorm>
 KnnResult<T> search_exactly(MatrixView<T> database, MatrixView<T> queries, int k, Metric metric, Index widest,
-                            Candidates<T>& candidates, Select&& select, DatabaseIntegerNorm&& database_integer_norm) {
+                            Candidates<T>& candidates, std::vector<T>& squared, Select&& select,
+                            DatabaseIntegerNorm&& database_integer_norm) {
   const Index n = database.rows(), m = queries.rows(), d = database.cols();
   KnnResult<T> result{Matrix<T>(m, k), IndexMatrix(m, k)};
   if (m == 0) return result;
   Index width = first_selection_width(n, d, k, metric);
   widest = std::max(widest, width);
-  select(queries, width, candidates);
+  select(queries, width, candidates, squared);
 
   // Rows `rows` of the search's queries (or all of them) finished from `batch`'s candidates; those not settled are
   // returned.
@@ -269,13 +290,14 @@ KnnResult<T> search_exactly(MatrixView<T> database, MatrixView<T> queries, int k
   std::vector<char> exact;  // per search query: its (squared) euclidean values are exact
   auto finish = [&](MatrixView<T> batch, const std::vector<Index>* rows) {
     std::vector<char> settled(static_cast<std::size_t>(batch.rows()), 1);
+    const bool formed = squared.size() == candidates.size() && (metric == Metric::euclidean || metric == Metric::sqeuclidean);
     parallel_chunks(batch.rows(), 64, [&](std::int64_t, std::int64_t b, std::int64_t e) {
       std::vector<std::pair<T, Index>> keyed;
       for (Index r = b; r < e; ++r) {
         const Index row = rows ? (*rows)[static_cast<std::size_t>(r)] : r;
         settled[static_cast<std::size_t>(r)] = knn_boundary::finish_query(
-            database, batch.row(r).data(), candidates.data() + r * width, width, k, metric,
-            !exact.empty() && exact[static_cast<std::size_t>(row)], keyed, result, row);
+            database, batch.row(r).data(), candidates.data() + r * width, formed ? squared.data() + r * width : nullptr,
+            width, k, metric, !exact.empty() && exact[static_cast<std::size_t>(row)], keyed, result, row);
       }
     });
     std::vector<Index> left;
@@ -298,6 +320,7 @@ KnnResult<T> search_exactly(MatrixView<T> database, MatrixView<T> queries, int k
         any = any || sums_exact;
       }
       if (any) {  // the first selection again, now with exact values
+        squared.clear();  // (recomputed by the host for these few queries)
         Matrix<T> batch(static_cast<Index>(pending.size()), d);
         Candidates<T> kept(pending.size() * static_cast<std::size_t>(width));
         for (std::size_t r = 0; r < pending.size(); ++r) {
@@ -324,7 +347,7 @@ KnnResult<T> search_exactly(MatrixView<T> database, MatrixView<T> queries, int k
       break;
     }
     width = std::min({n, retry == 0 ? width + std::max<Index>(16, width / 2) : std::max(4 * width, width + 64), widest});
-    select(MatrixView<T>(batch), width, candidates);
+    select(MatrixView<T>(batch), width, candidates, squared);
     pending = finish(batch, &pending);
   }
   return result;

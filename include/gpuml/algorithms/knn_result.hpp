@@ -20,6 +20,9 @@ struct KnnSearchStats {
   std::uint64_t list_batches = 0, list_overflows = 0;
   std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
   std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
+  // Selected pairs whose squared distances the device formed as the host's finish would (which then reads no
+  // database row for them): float32 (squared) euclidean searches from candidate lists on devices with float64.
+  std::uint64_t squared_on_device = 0;
   bool streamed = false;              // the database was uploaded for this search, block by block, not resident
   // Queries searched again with more candidates because the first selection could not settle their k-th neighbour
   // (counted once per extra search; the fields above describe the first search only).
@@ -51,6 +54,7 @@ struct KnnSearchStats {
     list_overflows += other.list_overflows;
     coop_passes += other.coop_passes;
     database_blocks += other.database_blocks;
+    squared_on_device += other.squared_on_device;
     streamed = streamed || other.streamed;
     boundary_queries += other.boundary_queries;
   }

@@ -400,9 +400,11 @@ KnnResult<T> knn_search(MatrixView<T> database, MatrixView<T> queries, int k, Me
   static_assert(is_supported_scalar<T>, "gpuml supports float and double");
   knn_detail::check_search(database.rows(), database.cols(), queries.cols(), k);
   algorithms::Candidates<T> candidates;
+  std::vector<T> squared;
   return algorithms::search_exactly<T>(
-      database, queries, k, metric, database.rows(), candidates,
-      [&](MatrixView<T> batch, knn_detail::Index width, algorithms::Candidates<T>& out) {
+      database, queries, k, metric, database.rows(), candidates, squared,
+      [&](MatrixView<T> batch, knn_detail::Index width, algorithms::Candidates<T>& out, std::vector<T>& squared) {
+        squared.clear();  // finish_query forms them
         knn_detail::select_candidates<T>(database, batch, static_cast<int>(width), metric, out);
       },
       [&] { return algorithms::knn_boundary::integer_rows_norm<T>(database); });

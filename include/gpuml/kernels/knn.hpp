@@ -56,6 +56,7 @@
 #include <gpuml/kernels/distance.hpp>
 #include <gpuml/policy/knn.hpp>
 #include <gpuml/policy/limits.hpp>
+#include <gpuml/shaders/knn_exact_keys_kernel.hpp>
 #include <gpuml/shaders/knn_filter_coop_kernel.hpp>
 #include <gpuml/shaders/knn_gather_kernel.hpp>
 #include <gpuml/shaders/knn_half_kernel.hpp>
@@ -86,6 +87,7 @@ namespace merge_interface = shader_interface::knn_merge;
 namespace gather_interface = shader_interface::knn_gather;
 namespace filter_coop_interface = shader_interface::knn_filter_coop;
 namespace half_interface = shader_interface::knn_half;
+namespace exact_keys_interface = shader_interface::knn_exact_keys;
 
 /// The merge kernel: threads per workgroup, and how many split heaps one thread merges per pass. The gather kernel:
 /// threads per workgroup (one workgroup per query).
@@ -322,6 +324,10 @@ struct KnnSearchPlan {
   std::uint64_t slots = 0;          // candidate-list slots per query; 0: heaps only
   bool cpu = false;                 // a CPU device: short splits, and the loop-limit report checked
   bool coop = false;                // the list passes on cooperative matrices (knn_filter_coop.comp)
+  // The selected pairs' squared distances formed on the device as the host's finish forms them
+  // (knn_exact_keys.comp): float32 (squared) euclidean searches from candidate lists, one database block, devices
+  // with float64.
+  bool squared_on_device = false;
   KnnBoundSample first_sample;      // the first block's bounding passes (the sample buffers hold their heaps)
 
   /// Splits of the heap pass over a block of `rows` rows.
@@ -384,6 +390,8 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   p.coop = slots && coop_lists;
   p.blocks = ceil_div(n, block_rows);
   p.batches = ceil_div(m, p.batch_queries);
+  p.squared_on_device = std::is_same_v<T, float> && (metric == Metric::euclidean || metric == Metric::sqeuclidean) &&
+                        info.float64 && p.slots && p.blocks == 1;
   return p;
 }
 
@@ -396,22 +404,25 @@ template <class T>
 struct KnnWorkspace {
   std::mutex mutex;
   std::vector<std::pair<T, std::int64_t>> best;
+  std::vector<T> best_squared;  // the pairs' squared distances formed on the device (KnnSearchPlan::squared_on_device)
   std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
-      readback, bound_v, bound_i, sample_listed, query_half;
+      readback, bound_v, bound_i, sample_listed, query_half, out_squared;
   vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
   /// Where the staged read-back holds, for batches of up to `batch_queries` queries, the k best per query's indices
-  /// (its values come first), the search's list counts and the list sample's; `bytes`: its size.
+  /// (its values come first), the search's list counts and the list sample's, and the pairs' squared distances
+  /// formed on the device (float); `bytes`: its size.
   struct ReadbackLayout {
-    std::uint64_t indices = 0, listed = 0, sample_listed = 0, bytes = 0;
+    std::uint64_t indices = 0, listed = 0, sample_listed = 0, squared = 0, bytes = 0;
   };
   static ReadbackLayout readback_layout(std::uint64_t batch_queries, std::uint64_t k) {
     ReadbackLayout r;
     r.indices = batch_queries * k * sizeof(T);
     r.listed = r.indices + batch_queries * k * sizeof(std::uint32_t);
     r.sample_listed = r.listed + batch_queries * sizeof(std::uint32_t);
-    r.bytes = r.sample_listed + batch_queries * sizeof(std::uint32_t);
+    r.squared = r.sample_listed + batch_queries * sizeof(std::uint32_t);
+    r.bytes = r.squared + batch_queries * k * sizeof(float);
     return r;
   }
 
@@ -455,6 +466,7 @@ struct KnnWorkspace {
     }
     fit(device, status, 16, MemoryUse::readback);
     if (plan.coop) fit(device, query_half, ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries * ceil_div(d, 16) * 8 * 4);
+    if (plan.squared_on_device) fit(device, out_squared, mb * k * sizeof(float));
   }
 
   /// Heaps: one per query and split.
@@ -534,6 +546,7 @@ struct KnnKernels {
   vulkan::KernelRef gather;       // knn_gather.comp
   vulkan::KernelRef filter_coop;  // knn_filter_coop.comp: the list passes on cooperative matrices
   vulkan::KernelRef half;         // knn_half.comp: float16 rows for filter_coop
+  vulkan::KernelRef exact_keys;   // knn_exact_keys.comp: the selected pairs' squared distances
 
   /// knn_select.comp with `tile` for `metric`, keeping heaps or (`append`) appending to candidate lists; `cpu`: the
   /// loop-limit report of CPU devices.
@@ -570,6 +583,8 @@ struct KnnKernels {
             spec_constants(filter_coop_interface::kSpecCount, {}), info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u));
         k.half = device.kernel(shaders::knn_half_kernel::spec<T>(spec_constants(half_interface::kSpecCount, {})));
       }
+      if (plan.squared_on_device)
+        k.exact_keys = device.kernel(shaders::knn_exact_keys_kernel::spec<T>(spec_constants(exact_keys_interface::kSpecCount, {})));
     }
     if (plan.slots) {
       k.append = make_select<T>(device, plan.tile, metric, true, plan.cpu);
@@ -622,6 +637,7 @@ class KnnPasses {
   void begin(bool clear_status) {
     cmds_.reset();
     marked_ = 0;
+    squared_recorded_ = false;
     if (clear_status) {
       cmds_.fill(ws_.status, 0, 16, 0u);
       cmds_.barrier();
@@ -755,8 +771,24 @@ class KnnPasses {
                    push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
   }
 
+  /// The squared distances of the gathered pairs (gather_lists into ws.out_i), as the host's finish forms them
+  /// (knn_exact_keys.comp), into ws.out_squared; read back with them (squared()).
+  void exact_squared() {
+    cmds_.barrier();
+    const exact_keys_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .d = std::uint32_t(shape_.d),
+                                          .base = std::uint32_t(block_->first)};
+    const LinearGrid grid = linear_grid(device_.info(), ceil_div(mb_ * shape_.k, exact_keys_interface::kThreads),
+                                        "k-NN's exact distances");
+    namespace shader = exact_keys_interface;
+    cmds_.dispatch(kernels_.exact_keys,
+                   {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                    {shader::kBindingIndices, ws_.out_i}, {shader::kBindingSquared, ws_.out_squared}},
+                   push, grid.x, grid.y);
+    squared_recorded_ = true;
+  }
+
   /// Makes the k best per query (v, i) and, `with_counts`, the list counts (the search's and the list sample's)
-  /// readable by the host after submit (results, overflowed).
+  /// readable by the host after submit (results, overflowed), with the pairs' squared distances where recorded.
   void read_back(const vulkan::Buffer& v, const vulkan::Buffer& i, bool with_counts) {
     cmds_.barrier();
     if (ws_.staged()) {
@@ -766,8 +798,18 @@ class KnnPasses {
         cmds_.copy(ws_.listed, 0, ws_.readback, layout_.listed, mb_ * sizeof(std::uint32_t));
         cmds_.copy(ws_.sample_listed, 0, ws_.readback, layout_.sample_listed, mb_ * sizeof(std::uint32_t));
       }
+      if (squared_recorded_) cmds_.copy(ws_.out_squared, 0, ws_.readback, layout_.squared, mb_ * shape_.k * sizeof(float));
     }
     cmds_.host_barrier();
+  }
+
+  /// After submit: the squared distances of the k pairs per query (exact_squared; NaN: left to the host), or null
+  /// where this submission did not form them.
+  const float* squared() const {
+    if (!squared_recorded_) return nullptr;
+    return static_cast<const float*>(
+        ws_.staged() ? static_cast<const void*>(static_cast<const char*>(ws_.readback.mapped()) + layout_.squared)
+                     : ws_.out_squared.mapped());
   }
 
   /// Submits the recording and waits; adds its device time (from start_clock) to the stats. Throws
@@ -819,6 +861,7 @@ class KnnPasses {
   const KnnHalfRows* half_ = nullptr;
   std::uint64_t mb_ = 0;
   std::uint32_t marked_ = 0;  // the marks recorded since begin (bit per Mark)
+  bool squared_recorded_ = false;  // exact_squared recorded since begin
   float query_scale_ = 1;  // the loaded queries' float16 scale
 };
 
@@ -874,6 +917,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   passes.barrier();
   passes.mark(KnnPasses<T>::kMarkScanned);
   passes.gather_lists(ws.listed, ws.out_v, ws.out_i);
+  if (plan.squared_on_device) passes.exact_squared();
   passes.mark(KnnPasses<T>::kMarkGathered);
   passes.read_back(ws.out_v, ws.out_i, true);
   passes.submit();
@@ -883,7 +927,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   const bool from_lists = !sample_overflow && !passes.overflowed(ws.listed);
   ++(from_lists ? st.list_batches : st.list_overflows);
   if (!from_lists) {
-    passes.begin(true);
+    passes.begin(true);  // (no squared distances for this batch: the host forms them)
     passes.start_clock();
     search_with_heaps(device, passes, ws, plan, rows, sample_overflow ? &ws.sample_v : &bound);
   }
@@ -920,7 +964,7 @@ template <class T>
 void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView<T> queries, int k, std::uint64_t returned_k,
                       Metric metric, const KnnDatabase<T>* resident, const KnnTileParams& tile, bool lists_allowed,
                       const KnnSearchOptions& options, KnnWorkspace<T>& ws, std::vector<std::pair<T, std::int64_t>>& best,
-                      KnnSearchStats& st) {
+                      std::vector<T>& squared, KnnSearchStats& st) {
   const std::int64_t n = database.rows(), d = database.cols(), m = queries.rows();
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
@@ -938,6 +982,10 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
   auto& best_count = ws.best_count;
   best.resize(static_cast<std::size_t>(m) * k);
   best_count.assign(static_cast<std::size_t>(m), 0);
+  // The pairs' squared distances, in best's order (one block: its pairs are kept as read back), NaN where the host
+  // forms them.
+  if (plan.squared_on_device) squared.resize(best.size());
+  else squared.clear();
 
   st.database_blocks = plan.blocks;
   st.streamed = resident == nullptr;
@@ -971,6 +1019,18 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
       // The first block's pairs are all kept unsorted: the finish sorts them anyway.
       t0 = Clock::now();
       merge_running<T>(best, best_count, vals, idx, q0, mb, k, blk > 0);
+      if constexpr (std::is_same_v<T, float>) {
+        if (plan.squared_on_device) {
+          const auto at = squared.begin() + static_cast<std::ptrdiff_t>(q0 * k);
+          if (const float* sq = passes.squared(); sq && from_lists) {
+            std::copy_n(sq, mb * k, at);
+            st.squared_on_device += static_cast<std::uint64_t>(
+                std::count_if(sq, sq + mb * k, [](float v) { return v > 0.0f; }));
+          } else {
+            std::fill_n(at, mb * k, std::numeric_limits<float>::quiet_NaN());
+          }
+        }
+      }
       st.ms.merge += since(t0);
       if (options.on_progress &&
           !options.on_progress(WorkProgress{blk * std::uint64_t(m) + q0 + mb, plan.blocks * std::uint64_t(m)}))
@@ -1031,8 +1091,8 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   // Selections wider than the kernel's k (a query with thousands of ties at its k-th value) are scanned on the host.
   bool first = true;
   algorithms::KnnResult<T> result = algorithms::search_exactly<T>(
-      database, queries, k, metric, static_cast<Index>(max_k) + 1, ws.best,
-      [&](MatrixView<T> batch, Index width, algorithms::Candidates<T>& out) {
+      database, queries, k, metric, static_cast<Index>(max_k) + 1, ws.best, ws.best_squared,
+      [&](MatrixView<T> batch, Index width, algorithms::Candidates<T>& out, std::vector<T>& squared) {
         // The first selection gives the search's statistics and progress; a wider one for a few queries adds its
         // device time.
         const auto selecting = Clock::now();
@@ -1041,7 +1101,7 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
         if (!first) round.on_progress = nullptr;
         const std::uint64_t returned_k = first ? std::uint64_t(k) : std::uint64_t(width);
         knn_detail::select_on_device<T>(device, database, batch, static_cast<int>(width), returned_k, metric, resident, tile,
-                                        lists_allowed, round, ws, out, first ? st : wider);
+                                        lists_allowed, round, ws, out, squared, first ? st : wider);
         if (!first) {
           add_device_ms(st.device_ms, wider.device_ms);
           st.ms.add(wider.ms);
