@@ -169,8 +169,8 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     } else {
       const auto& ph = phases[static_cast<std::size_t>(std::min_element(times.begin(), times.end()) - times.begin())];
       nlohmann::json on_device, on_host;
-      for (auto [name, v] : {std::pair{"load", ph.load}, {"bound", ph.bound}, {"scan", ph.scan}, {"gather", ph.gather},
-                             {"read", ph.read}})
+      for (auto [name, v] : {std::pair{"load", ph.load}, {"sample", ph.sample}, {"bound", ph.bound}, {"scan", ph.scan},
+                             {"gather", ph.gather}, {"read", ph.read}})
         on_device[name] = v;
       for (auto [name, v] : {std::pair{"setup", ph.setup}, {"pack", ph.pack}, {"wait", ph.wait}, {"merge", ph.merge},
                              {"finish", ph.finish}, {"total", ph.total}})

@@ -177,7 +177,9 @@ TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
   using T = TypeParam;
   REQUIRE_DEVICE();
   constexpr int kmax = static_cast<int>(gpuml::kernels::kKnnMaxK);
-  const Matrix<T> db = random_matrix<T>(kmax + 37, 6, 21), q = random_matrix<T>(3, 6, 22);
+  static_assert(kmax >= 4096, "k = 4096 on the device");
+  // A database of about three times k, so that the heaps keep a third of it.
+  const Matrix<T> db = random_matrix<T>(3 * kmax + 37, 6, 21), q = random_matrix<T>(5, 6, 22);
   for (Metric m : {Metric::sqeuclidean, Metric::inner_product})
     for (int k : {kmax - 1, kmax}) {
       const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
@@ -360,9 +362,9 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
 TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
   using T = TypeParam;
   REQUIRE_DEVICE();
-  // Float32 (squared) euclidean searches from candidate lists on a device with float64 form their pairs' returned
-  // values on the device (knn_exact_keys.comp) as the host's finish forms them: the results are the host engine's
-  // bit for bit. Among them pairs the device must leave to the host: subnormal values, and exact duplicates of a
+  // Float32 (squared) euclidean searches on a device with float64 form their pairs' returned values on the device
+  // (knn_exact_keys.comp) as the host's finish forms them, from candidate lists and from heaps: the results are the
+  // host engine's bit for bit. Among them pairs the device must leave to the host: subnormal values, and exact duplicates of a
   // query (distance 0). d = 37 leaves a tail after the groups of four.
   const Eigen::Index n = 20011, m = 257;
   const int d = 37, k = 17;
@@ -377,25 +379,28 @@ TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
   }
   const gpuml::kernels::KnnDatabase<T> resident(*device, db);
   const bool on_device = std::is_same_v<T, float> && device->info().float64;
-  for (Metric metric : {Metric::sqeuclidean, Metric::euclidean}) {
-    SCOPED_TRACE(metric_name(metric));
-    gpuml::kernels::KnnSearchStats stats;
-    const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, metric, &resident,
-                                                   gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
-    const auto host = gpuml::host::knn_search<T>(db, q, k, metric);
-    EXPECT_EQ(got.indices, host.indices);
-    EXPECT_EQ(got.distances, host.distances);
-    expect_matches_reference<T>(got, db, q, k, metric);
-    ASSERT_GE(stats.list_batches, 1u);
-    const std::uint64_t pairs = std::uint64_t(m) * std::uint64_t(gpuml::algorithms::first_selection_width(n, d, k, metric));
-    if (on_device) {
-      // Most pairs formed there; those of the duplicates and the subnormal rows left to the host.
-      EXPECT_GT(stats.squared_on_device, pairs / 2);
-      EXPECT_LE(stats.squared_on_device, pairs - std::uint64_t(m / 7) - std::uint64_t(m / 11));
-    } else {
-      EXPECT_EQ(stats.squared_on_device, 0u);
+  for (const bool lists : {true, false})
+    for (Metric metric : {Metric::sqeuclidean, Metric::euclidean}) {
+      SCOPED_TRACE(std::string(metric_name(metric)) + (lists ? ", candidate lists" : ", heaps"));
+      gpuml::kernels::KnnSearchOptions options = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+      options.candidate_lists = lists;
+      gpuml::kernels::KnnSearchStats stats;
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, metric, &resident, options, &stats);
+      const auto host = gpuml::host::knn_search<T>(db, q, k, metric);
+      EXPECT_EQ(got.indices, host.indices);
+      EXPECT_EQ(got.distances, host.distances);
+      expect_matches_reference<T>(got, db, q, k, metric);
+      EXPECT_EQ(stats.list_batches >= 1, lists);
+      const std::uint64_t pairs =
+          std::uint64_t(m) * std::uint64_t(gpuml::algorithms::first_selection_width(n, d, k, metric));
+      if (on_device) {
+        // Most pairs formed there; those of the duplicates and the subnormal rows left to the host.
+        EXPECT_GT(stats.squared_on_device, pairs / 2);
+        EXPECT_LE(stats.squared_on_device, pairs - std::uint64_t(m / 7) - std::uint64_t(m / 11));
+      } else {
+        EXPECT_EQ(stats.squared_on_device, 0u);
+      }
     }
-  }
 }
 
 TYPED_TEST(KnnKernel, ResidentDatabaseReusesItsBuffers) {

@@ -29,17 +29,19 @@ struct KnnSearchStats {
   std::uint64_t boundary_queries = 0;
 
   /// Where the search's time went, in milliseconds. On the device (timestamps; negative where the queue has none):
-  /// the queries' squared norms and float16 rows (load), the bounding passes (bound), the list or heap pass over
-  /// the database (scan), the lists' gather (gather), the results' copy back (read). On the host (wall time):
+  /// the queries' squared norms and float16 rows (load), the bounding heap pass over a sample and its merge
+  /// (sample), the bounding list pass over a larger sample and its gather (bound), the list or heap pass over the
+  /// database (scan), the gather of its lists or the exact distances of its k best (gather), the results' copy back
+  /// (read). On the host (wall time):
   /// plan, buffers, kernels and the database's float16 rows (setup), the queries packed into staging (pack),
   /// waiting for the device (wait), the running lists of successive blocks (merge), the exact values and order of
   /// the selected pairs (finish), the whole search (total).
   struct Phases {
-    double load = 0, bound = 0, scan = 0, gather = 0, read = 0;
+    double load = 0, sample = 0, bound = 0, scan = 0, gather = 0, read = 0;
     double setup = 0, pack = 0, wait = 0, merge = 0, finish = 0, total = 0;
     void add(const Phases& o) {
-      for (auto [a, b] : {std::pair{&load, o.load}, {&bound, o.bound}, {&scan, o.scan}, {&gather, o.gather},
-                          {&read, o.read}})
+      for (auto [a, b] : {std::pair{&load, o.load}, {&sample, o.sample}, {&bound, o.bound}, {&scan, o.scan},
+                          {&gather, o.gather}, {&read, o.read}})
         add_device_ms(*a, b);
       setup += o.setup, pack += o.pack, wait += o.wait, merge += o.merge, finish += o.finish, total += o.total;
     }

@@ -25,7 +25,7 @@ namespace detail {
 /// The engine for a backend, by gpuml::run_on's rule: the Vulkan kernel (kernels::knn_search) on a Vulkan
 /// backend, the host engine otherwise. On a Vulkan backend the host engine is used only where the kernel throws
 /// gpuml::unsupported before doing any work: float64 on a device without shaderFloat64, k above the kernel's
-/// limit (the policy's max_k, kernels::kKnnMaxK = 2048 by default), a tile policy the device cannot run, one row larger than a
+/// limit (the policy's max_k, kernels::kKnnMaxK = 4096 by default), a tile policy the device cannot run, one row larger than a
 /// storage-buffer binding, or more than 2^32 - 2 database rows. `resident` is the database kept on the device by fit. Both engines return the same result contract
 /// (see host/knn.hpp), so the fallback is invisible apart from speed. Invalid input and device errors propagate.
 /// The search on `backend`. `database_max_abs` (the largest magnitude in the database, kept by fit) decides with

@@ -42,7 +42,7 @@
 // pass usable on its own with per-query bounds; knn_search runs the plan's blocks and batches through them
 // (knn_detail::search_block_batch, knn_detail::merge_running) and finishes the results (algorithms::search_exactly).
 //
-// Limits: 1 <= k <= KnnSearchOptions::policy.max_k (kKnnMaxK, 2048, by default; the selection may keep a few more); larger k, float64 on a
+// Limits: 1 <= k <= KnnSearchOptions::policy.max_k (kKnnMaxK, 4096, by default; the selection may keep a few more); larger k, float64 on a
 // device without shaderFloat64, a policy the device cannot run or one row larger than a binding throw
 // gpuml::unsupported (the estimators then use the host engine, see detail::run_knn). At most 2^32 - 1 database rows.
 #pragma once
@@ -325,8 +325,7 @@ struct KnnSearchPlan {
   bool cpu = false;                 // a CPU device: short splits, and the loop-limit report checked
   bool coop = false;                // the list passes on cooperative matrices (knn_filter_coop.comp)
   // The selected pairs' squared distances formed on the device as the host's finish forms them
-  // (knn_exact_keys.comp): float32 (squared) euclidean searches from candidate lists, one database block, devices
-  // with float64.
+  // (knn_exact_keys.comp): float32 (squared) euclidean searches of one database block on devices with float64.
   bool squared_on_device = false;
   KnnBoundSample first_sample;      // the first block's bounding passes (the sample buffers hold their heaps)
 
@@ -391,7 +390,7 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   p.blocks = ceil_div(n, block_rows);
   p.batches = ceil_div(m, p.batch_queries);
   p.squared_on_device = std::is_same_v<T, float> && (metric == Metric::euclidean || metric == Metric::sqeuclidean) &&
-                        info.float64 && p.slots && p.blocks == 1;
+                        info.float64 && p.blocks == 1;
   return p;
 }
 
@@ -631,7 +630,7 @@ class KnnPasses {
 
   /// The points of a recording whose timestamps time the search's phases (KnnSearchStats::Phases): a phase ends
   /// at its mark and starts at the latest mark recorded before it.
-  enum Mark : std::uint32_t { kMarkBegin, kMarkLoaded, kMarkBound, kMarkScanned, kMarkGathered, kMarkEnd, kMarks };
+  enum Mark : std::uint32_t { kMarkBegin, kMarkLoaded, kMarkSampled, kMarkBound, kMarkScanned, kMarkGathered, kMarkEnd, kMarks };
 
   /// Starts a new recording; clears the loop-limit report first where `clear_status` (CPU devices).
   void begin(bool clear_status) {
@@ -771,9 +770,10 @@ class KnnPasses {
                    push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
   }
 
-  /// The squared distances of the gathered pairs (gather_lists into ws.out_i), as the host's finish forms them
-  /// (knn_exact_keys.comp), into ws.out_squared; read back with them (squared()).
-  void exact_squared() {
+  /// The squared distances of the k pairs per query whose indices `i` holds (the gathered lists' or the merged
+  /// heaps'), as the host's finish forms them (knn_exact_keys.comp), into ws.out_squared; read back with them
+  /// (squared()).
+  void exact_squared(const vulkan::Buffer& i) {
     cmds_.barrier();
     const exact_keys_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .d = std::uint32_t(shape_.d),
                                           .base = std::uint32_t(block_->first)};
@@ -782,7 +782,7 @@ class KnnPasses {
     namespace shader = exact_keys_interface;
     cmds_.dispatch(kernels_.exact_keys,
                    {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
-                    {shader::kBindingIndices, ws_.out_i}, {shader::kBindingSquared, ws_.out_squared}},
+                    {shader::kBindingIndices, i}, {shader::kBindingSquared, ws_.out_squared}},
                    push, grid.x, grid.y);
     squared_recorded_ = true;
   }
@@ -820,7 +820,8 @@ class KnnPasses {
     cmds_.submit_and_wait();
     stats_.ms.wait += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waited).count();
     add_device_ms(stats_.device_ms, cmds_.elapsed_ms(kMarkLoaded, kMarkEnd));
-    double* phase[kMarks] = {nullptr, &stats_.ms.load, &stats_.ms.bound, &stats_.ms.scan, &stats_.ms.gather, &stats_.ms.read};
+    double* phase[kMarks] = {nullptr,         &stats_.ms.load, &stats_.ms.sample, &stats_.ms.bound,
+                             &stats_.ms.scan, &stats_.ms.gather, &stats_.ms.read};
     for (std::uint32_t from = kMarkBegin, to = from + 1; to < kMarks; ++to) {
       if (!(marked_ >> to & 1u)) continue;
       add_device_ms(*phase[to], cmds_.elapsed_ms(from, to));
@@ -877,6 +878,10 @@ void search_with_heaps(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspac
   passes.heap_pass(splits, plan.cut.split_rows, plan.cut.split_rows, bounds, ws.heap_v, ws.heap_i);
   passes.merge_heaps(ws.heap_v, ws.heap_i, splits);
   passes.mark(KnnPasses<T>::kMarkScanned);
+  if (plan.squared_on_device) {
+    passes.exact_squared(ws.heap_i);  // split 0's heap: the merged k best
+    passes.mark(KnnPasses<T>::kMarkGathered);
+  }
   passes.read_back(ws.heap_v, ws.heap_i, false);
   passes.submit();
 }
@@ -899,6 +904,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
     passes.merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
     passes.barrier();
     st.sample_rows += sample.splits * sample.rows;
+    passes.mark(KnnPasses<T>::kMarkSampled);
   }
   if (list_sample) {
     passes.list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, plan.k, ws.sample_listed);
@@ -917,7 +923,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   passes.barrier();
   passes.mark(KnnPasses<T>::kMarkScanned);
   passes.gather_lists(ws.listed, ws.out_v, ws.out_i);
-  if (plan.squared_on_device) passes.exact_squared();
+  if (plan.squared_on_device) passes.exact_squared(ws.out_i);
   passes.mark(KnnPasses<T>::kMarkGathered);
   passes.read_back(ws.out_v, ws.out_i, true);
   passes.submit();
@@ -927,7 +933,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   const bool from_lists = !sample_overflow && !passes.overflowed(ws.listed);
   ++(from_lists ? st.list_batches : st.list_overflows);
   if (!from_lists) {
-    passes.begin(true);  // (no squared distances for this batch: the host forms them)
+    passes.begin(true);
     passes.start_clock();
     search_with_heaps(device, passes, ws, plan, rows, sample_overflow ? &ws.sample_v : &bound);
   }
@@ -1022,7 +1028,7 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
       if constexpr (std::is_same_v<T, float>) {
         if (plan.squared_on_device) {
           const auto at = squared.begin() + static_cast<std::ptrdiff_t>(q0 * k);
-          if (const float* sq = passes.squared(); sq && from_lists) {
+          if (const float* sq = passes.squared()) {
             std::copy_n(sq, mb * k, at);
             st.squared_on_device += static_cast<std::uint64_t>(
                 std::count_if(sq, sq + mb * k, [](float v) { return v > 0.0f; }));

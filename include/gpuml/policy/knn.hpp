@@ -57,7 +57,7 @@ struct KnnTileParams {
 };
 
 /// The largest k the kernel selects on the device (larger k: the host engine).
-inline constexpr std::uint32_t kKnnMaxK = 2048;
+inline constexpr std::uint32_t kKnnMaxK = 4096;
 
 /// A fixed tile as a compile-time policy. MaxK bounds k; TargetGroups is KnnTileParams::groups; Lists: bounded
 /// searches may use candidate lists (false: heaps always).
