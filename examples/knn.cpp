@@ -162,12 +162,13 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     j["search_seconds_all"] = times;
     // GPU time of the search kernels alone (timestamps), per repeat; null on the host backend.
     j["device_ms_all"] = backend.is_host() ? nlohmann::json() : nlohmann::json(device_ms);
-    // (block, query batch) searches finished from candidate lists, and those whose lists overflowed (all repeats).
-    // Where the fastest repeat's time went (KnnSearchStats::Phases), milliseconds; null on the host backend.
-    if (backend.is_host()) {
+    // Where the fastest repeat's time went (KnnSearchStats::Phases), milliseconds; null where it did not run on a
+    // device (the host backend, or a search the device could not run).
+    const std::size_t fastest = static_cast<std::size_t>(std::min_element(times.begin(), times.end()) - times.begin());
+    if (device_ms[fastest] < 0 && phases[fastest].total == 0) {
       j["phases_ms"] = nullptr;
     } else {
-      const auto& ph = phases[static_cast<std::size_t>(std::min_element(times.begin(), times.end()) - times.begin())];
+      const auto& ph = phases[fastest];
       nlohmann::json on_device, on_host;
       for (auto [name, v] : {std::pair{"load", ph.load}, {"sample", ph.sample}, {"bound", ph.bound}, {"scan", ph.scan},
                              {"gather", ph.gather}, {"read", ph.read}})
@@ -177,6 +178,7 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
         on_host[name] = v;
       j["phases_ms"] = {{"device", on_device}, {"host", on_host}};
     }
+    // (block, query batch) searches finished from candidate lists, and those whose lists overflowed (all repeats).
     j["list_batches"] = list_batches;
     j["list_overflows"] = list_overflows;
     j["seconds"] = best;

@@ -182,9 +182,16 @@ TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
   const Matrix<T> db = random_matrix<T>(3 * kmax + 37, 6, 21), q = random_matrix<T>(5, 6, 22);
   for (Metric m : {Metric::sqeuclidean, Metric::inner_product})
     for (int k : {kmax - 1, kmax}) {
-      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m);
+      gpuml::kernels::KnnSearchStats stats;
+      const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr,
+                                                     gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
       expect_matches_reference<T>(got, db, q, k, m);
       expect_matches_host<T>(got, gpuml::host::knn_search<T>(db, q, k, m), m);
+      // Selected on the device (heaps at this k), the distances formed there where it can.
+      EXPECT_EQ(stats.list_batches, 0u);
+      EXPECT_GE(stats.database_blocks, 1u);
+      if (m == Metric::sqeuclidean && std::is_same_v<T, float> && device->info().float64)
+        EXPECT_GT(stats.squared_on_device, std::uint64_t(q.rows()) * std::uint64_t(k) / 2);
     }
   // k = n: every row, in order.
   const Matrix<T> small = random_matrix<T>(90, 6, 23);
@@ -345,9 +352,14 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
                                                      gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
       // A query scaled by 1e3 against rows of norm about 1 has a float16 error bound wider than the spread of its
       // distances: every row is a candidate, the lists overflow and the batch is searched with heaps (exactly).
-      if (s.offset != 0.0 || !coop) {
+      // At k = 1 (d = 16, rows far from the origin) the bound is the sample's 9th best, a noisy quantile, and with
+      // the filter's wide error bound the lists of some data overflow too (about half of the seeds on an H100):
+      // searched with heaps then, as exactly.
+      if ((s.offset != 0.0 && s.k > 1) || !coop) {
         EXPECT_GE(stats.list_batches, 1u);
         EXPECT_EQ(stats.list_overflows, 0u);
+      } else if (s.offset != 0.0) {
+        EXPECT_EQ(stats.list_batches + stats.list_overflows, 1u);
       }
       EXPECT_EQ(stats.coop_passes > 0, coop);
       expect_matches_reference<T>(got, db, q, s.k, m);
@@ -364,7 +376,8 @@ TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
   REQUIRE_DEVICE();
   // Float32 (squared) euclidean searches on a device with float64 form their pairs' returned values on the device
   // (knn_exact_keys.comp) as the host's finish forms them, from candidate lists and from heaps: the results are the
-  // host engine's bit for bit. Among them pairs the device must leave to the host: subnormal values, and exact duplicates of a
+  // host engine's bit for bit. (Float64 sums of float32 squares hide most slips of their order once rounded to
+  // float32; a product rounded in float32, or a feature lost, shows here.) Among them pairs the device must leave to the host: subnormal values, and exact duplicates of a
   // query (distance 0). d = 37 leaves a tail after the groups of four.
   const Eigen::Index n = 20011, m = 257;
   const int d = 37, k = 17;
@@ -394,9 +407,13 @@ TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
       const std::uint64_t pairs =
           std::uint64_t(m) * std::uint64_t(gpuml::algorithms::first_selection_width(n, d, k, metric));
       if (on_device) {
-        // Most pairs formed there; those of the duplicates and the subnormal rows left to the host.
+        // Most pairs formed there; left to the host: every pair of a query with a subnormal feature, and each other
+        // query's exact duplicate (distance 0).
+        const auto width = std::uint64_t(gpuml::algorithms::first_selection_width(n, d, k, metric));
+        std::uint64_t left = 0;
+        for (Eigen::Index r = 0; r < m; ++r) left += r % 11 == 1 ? width : (r % 7 == 0 ? 1 : 0);
         EXPECT_GT(stats.squared_on_device, pairs / 2);
-        EXPECT_LE(stats.squared_on_device, pairs - std::uint64_t(m / 7) - std::uint64_t(m / 11));
+        EXPECT_LE(stats.squared_on_device, pairs - left);
       } else {
         EXPECT_EQ(stats.squared_on_device, 0u);
       }

@@ -21,7 +21,7 @@ struct KnnSearchStats {
   std::uint64_t coop_passes = 0;  // list passes run on cooperative matrices (knn_filter_coop.comp)
   std::uint64_t database_blocks = 0;  // database blocks searched (more than one: streamed through, or split)
   // Selected pairs whose squared distances the device formed as the host's finish would (which then reads no
-  // database row for them): float32 (squared) euclidean searches from candidate lists on devices with float64.
+  // database row for them): float32 (squared) euclidean searches of one database block on devices with float64.
   std::uint64_t squared_on_device = 0;
   bool streamed = false;              // the database was uploaded for this search, block by block, not resident
   // Queries searched again with more candidates because the first selection could not settle their k-th neighbour
@@ -32,10 +32,10 @@ struct KnnSearchStats {
   /// the queries' squared norms and float16 rows (load), the bounding heap pass over a sample and its merge
   /// (sample), the bounding list pass over a larger sample and its gather (bound), the list or heap pass over the
   /// database (scan), the gather of its lists or the exact distances of its k best (gather), the results' copy back
-  /// (read). On the host (wall time):
-  /// plan, buffers, kernels and the database's float16 rows (setup), the queries packed into staging (pack),
-  /// waiting for the device (wait), the running lists of successive blocks (merge), the exact values and order of
-  /// the selected pairs (finish), the whole search (total).
+  /// (read); zeros from a search that never ran on a device (device_ms then says -1). On the host (wall time, from
+  /// when the search holds its workspace): plan, buffers, kernels and the database's float16 rows (setup), the
+  /// queries packed into staging (pack), waiting for the device (wait), the running lists of successive blocks
+  /// (merge), the exact values and order of the selected pairs and the rest (finish), the whole search (total).
   struct Phases {
     double load = 0, sample = 0, bound = 0, scan = 0, gather = 0, read = 0;
     double setup = 0, pack = 0, wait = 0, merge = 0, finish = 0, total = 0;

@@ -309,6 +309,7 @@ struct KnnPassShape {
   KnnTileParams tile;
   std::uint64_t d = 0, k = 0, batch_queries = 0, slots = 0;
   std::uint32_t merge_group = kKnnMergeGroup;
+  bool squared_on_device = false;  // the passes form the k best pairs' squared distances (exact_squared)
 };
 
 /// Everything a search decides before it touches the device (plan_search): how it is cut into database blocks,
@@ -338,7 +339,7 @@ struct KnnSearchPlan {
   }
   /// Whether a block runs its bounding passes `s` (at most the first block's splits, whose heaps the buffers hold).
   bool bounded(const KnnBoundSample& s) const { return s.splits > 0 && s.splits <= first_sample.splits; }
-  KnnPassShape pass_shape() const { return {tile, d, k, batch_queries, slots, cut.merge_group}; }
+  KnnPassShape pass_shape() const { return {tile, d, k, batch_queries, slots, cut.merge_group, squared_on_device}; }
 };
 
 /// The plan of a search of m > 0 queries against n database rows of d features, in blocks of `block_rows` rows,
@@ -410,18 +411,18 @@ struct KnnWorkspace {
   vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
   /// Where the staged read-back holds, for batches of up to `batch_queries` queries, the k best per query's indices
-  /// (its values come first), the search's list counts and the list sample's, and the pairs' squared distances
-  /// formed on the device (float); `bytes`: its size.
+  /// (its values come first), the search's list counts and the list sample's, and where `squared` the pairs'
+  /// squared distances formed on the device (float); `bytes`: its size.
   struct ReadbackLayout {
     std::uint64_t indices = 0, listed = 0, sample_listed = 0, squared = 0, bytes = 0;
   };
-  static ReadbackLayout readback_layout(std::uint64_t batch_queries, std::uint64_t k) {
+  static ReadbackLayout readback_layout(std::uint64_t batch_queries, std::uint64_t k, bool squared) {
     ReadbackLayout r;
     r.indices = batch_queries * k * sizeof(T);
     r.listed = r.indices + batch_queries * k * sizeof(std::uint32_t);
     r.sample_listed = r.listed + batch_queries * sizeof(std::uint32_t);
     r.squared = r.sample_listed + batch_queries * sizeof(std::uint32_t);
-    r.bytes = r.squared + batch_queries * k * sizeof(float);
+    r.bytes = r.squared + (squared ? batch_queries * k * sizeof(float) : 0);
     return r;
   }
 
@@ -461,7 +462,7 @@ struct KnnWorkspace {
     // Staging: the queries in, and the counts and k best per query out (copied within the search's own submission).
     if (staged()) {
       fit(device, upload, mb * d * s, MemoryUse::upload);
-      fit(device, readback, readback_layout(mb, k).bytes, MemoryUse::readback);
+      fit(device, readback, readback_layout(mb, k, plan.squared_on_device).bytes, MemoryUse::readback);
     }
     fit(device, status, 16, MemoryUse::readback);
     if (plan.coop) fit(device, query_half, ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries * ceil_div(d, 16) * 8 * 4);
@@ -583,7 +584,8 @@ struct KnnKernels {
         k.half = device.kernel(shaders::knn_half_kernel::spec<T>(spec_constants(half_interface::kSpecCount, {})));
       }
       if (plan.squared_on_device)
-        k.exact_keys = device.kernel(shaders::knn_exact_keys_kernel::spec<T>(spec_constants(exact_keys_interface::kSpecCount, {})));
+        k.exact_keys = device.kernel(shaders::knn_exact_keys_kernel::spec<T>(spec_constants(
+            exact_keys_interface::kSpecCount, {{exact_keys_interface::kSpecLoopGuard, plan.cpu ? 1u : 0u}})));
     }
     if (plan.slots) {
       k.append = make_select<T>(device, plan.tile, metric, true, plan.cpu);
@@ -626,7 +628,7 @@ class KnnPasses {
   KnnPasses(vulkan::Device& device, vulkan::Commands& cmds, const KnnKernels& kernels, KnnWorkspace<T>& ws,
             KnnSearchStats& stats, const knn_detail::KnnPassShape& shape)
       : device_(device), cmds_(cmds), kernels_(kernels), ws_(ws), stats_(stats), shape_(shape),
-        layout_(KnnWorkspace<T>::readback_layout(shape.batch_queries, shape.k)) {}
+        layout_(KnnWorkspace<T>::readback_layout(shape.batch_queries, shape.k, shape.squared_on_device)) {}
 
   /// The points of a recording whose timestamps time the search's phases (KnnSearchStats::Phases): a phase ends
   /// at its mark and starts at the latest mark recorded before it.
@@ -782,7 +784,8 @@ class KnnPasses {
     namespace shader = exact_keys_interface;
     cmds_.dispatch(kernels_.exact_keys,
                    {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
-                    {shader::kBindingIndices, i}, {shader::kBindingSquared, ws_.out_squared}},
+                    {shader::kBindingIndices, i}, {shader::kBindingSquared, ws_.out_squared},
+                    {shader::kBindingStatus, ws_.status}},
                    push, grid.x, grid.y);
     squared_recorded_ = true;
   }
@@ -1078,9 +1081,6 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   if (resident && (&resident->device() != &device || resident->rows() != std::uint64_t(n) || resident->cols() != std::uint64_t(d)))
     throw error("knn_search: the resident database does not match the database given");
 
-  using Clock = std::chrono::steady_clock;
-  const auto search_start = Clock::now();
-  double selecting_ms = 0;  // in the selections on the device; the rest of the search is the host's finish
   KnnSearchStats local_stats;
   KnnSearchStats& st = stats ? *stats : local_stats;
   st = KnnSearchStats{.device_ms = 0};
@@ -1094,6 +1094,10 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   KnnWorkspace<T> scratch;
   KnnWorkspace<T>& ws = resident ? resident->workspace() : scratch;
   std::lock_guard ws_lock(ws.mutex);
+  // (timed from here: the wait for another search of the same resident database is not this search's time)
+  using Clock = std::chrono::steady_clock;
+  const auto search_start = Clock::now();
+  double selecting_ms = 0;  // in the selections on the device; the rest of the search is the host's finish
   // Selections wider than the kernel's k (a query with thousands of ties at its k-th value) are scanned on the host.
   bool first = true;
   algorithms::KnnResult<T> result = algorithms::search_exactly<T>(

@@ -8,9 +8,11 @@ GPUML_CONSTANT(kBindingQueries, 0)  // the query batch
 GPUML_CONSTANT(kBindingRows, 1)     // the database block
 GPUML_CONSTANT(kBindingIndices, 2)  // per query its k selected database indices (none: 0xffffffff)
 GPUML_CONSTANT(kBindingSquared, 3)  // out: per selected pair its squared distance, NaN where left to the host
-GPUML_CONSTANT(kBindingCount, 4)
+GPUML_CONSTANT(kBindingStatus, 4)   // LOOP_GUARD: set when the loop limit was hit
+GPUML_CONSTANT(kBindingCount, 5)
 
-GPUML_CONSTANT(kSpecCount, 0)
+GPUML_CONSTANT(kSpecLoopGuard, 0)  // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
+GPUML_CONSTANT(kSpecCount, 1)
 GPUML_CONSTANT(kThreads, 64)  // pairs per workgroup
 
 // m queries, k pairs per query, d features, base: the block's first database index.
