@@ -94,6 +94,13 @@ inline bool recomputes_values(Metric metric) {
   return metric == Metric::euclidean || metric == Metric::sqeuclidean || metric == Metric::cosine;
 }
 
+/// A (squared) euclidean pair's sort key from its squared distance `squared` (sqdist_fixed's value, by whichever
+/// engine formed it): the distance a search returns.
+template <class T>
+T key_from_squared(T squared, Metric metric) {
+  return metric == Metric::euclidean ? std::sqrt(squared) : squared;
+}
+
 /// A pair's sort key from its exactly recomputed value (recomputes_values metrics): the distance a search returns
 /// (euclidean: the square root, so that squared distances sharing a root tie and go to the lower index). Only equal
 /// rows are at (squared) euclidean distance 0: differences too small to square in T count as the smallest one.
@@ -102,14 +109,7 @@ T exact_key(const T* q, const T* x, Index d, Metric metric, T q_squared_norm) {
   if (metric == Metric::cosine) return cosine_exact(q, x, d, q_squared_norm, dot_fixed(x, x, d));
   T sq = sqdist_fixed(q, x, d);
   if (sq == T(0) && !std::equal(q, q + d, x)) sq = std::numeric_limits<T>::denorm_min();
-  return metric == Metric::euclidean ? std::sqrt(sq) : sq;
-}
-
-/// exact_key of (squared) euclidean pairs from `squared`, sqdist_fixed's value as an engine formed it (positive:
-/// engines leave zeros, where equality decides, to exact_key).
-template <class T>
-T key_from_squared(T squared, Metric metric) {
-  return metric == Metric::euclidean ? std::sqrt(squared) : squared;
+  return key_from_squared(sq, metric);
 }
 
 /// Row i of a result from its first k (key, index) pairs, sorted: keys are the returned values, negated for
