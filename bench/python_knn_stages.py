@@ -9,8 +9,9 @@ varies from run to run on the host backend more than the rest does, so "outside"
 
 Part 2, the stages after the search, at a larger shape without searching (--stage-database, --stage-queries,
 neighbours drawn at random): each stage as the package computes it now (gpuml) next to the numpy and
-scikit-learn code it replaces (the float64 recomputation in numpy chunks, np.add.at votes, scikit-learn's
-weighted votes and means), and whether both give the same values.
+scikit-learn code it replaces (the float64 recomputation in numpy chunks, or on the host where GPUML_DEVICE names a
+device that forms it; np.add.at votes, scikit-learn's weighted votes and means), and whether both give the same
+values.
 
     GPUML_DEVICE=host python3 bench/python_knn_stages.py
     GPUML_DEVICE=host python3 bench/python_knn_stages.py --database 200000 --queries 2000 --k 10,100 --skip-stages
@@ -23,6 +24,7 @@ GPUML_NUM_THREADS caps gpuml's host threads.
 
 import argparse
 import functools
+import os
 import statistics
 import time
 from collections import defaultdict
@@ -219,6 +221,9 @@ def part_stages(args, stages):
     targets = rng.random(n)
     print(f"\nPart 2: the stages after a search, database {D.shape} float32, queries {Q.shape}, random neighbours")
     db = _gpuml.Neighbors_float32(D, "euclidean", "host")
+    # The same float64 distances formed on the device (GPUML_DEVICE) where that is not the host.
+    device = os.environ.get("GPUML_DEVICE", "host")
+    on_device = None if device == "host" else _gpuml.Neighbors_float32(D, "euclidean", device)
     for k in args.ks:
         indices = np.sort(rng.integers(0, n, (q, k)), axis=1)
         print(f"\nk = {k}")
@@ -231,6 +236,8 @@ def part_stages(args, stages):
             ("float64 distances (euclidean)", lambda: db.distances_to(Q, indices),
              lambda: numpy_exact_distances(Q, D, indices),
              lambda a, b: np.allclose(a, b, rtol=1e-14, atol=0)),
+            *([(f"float64 distances (euclidean) on {device}", lambda: on_device.distances_to(Q, indices),
+                lambda: db.distances_to(Q, indices), np.array_equal)] if on_device else []),
             ("distance weights", lambda: _gpuml.distance_weights(distances),
              lambda: _get_weights(distances.copy(), "distance"), lambda a, b: np.array_equal(a[0], b)),
             ("uniform votes -> predict_proba",

@@ -43,11 +43,13 @@ layout(std430, binding = kBindingIndices) writeonly restrict buffer IdxBuf { uin
 layout(std430, binding = kBindingListed) buffer ListedBuf { uint listed[]; };
 layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { float bound_v[]; };
 
-const uint KP = 8;  // float16 pairs (uints) per step: 16 features
+// Float16 pairs (uints) per step: 16 features. The staged rows are SK = KP + 4 uints apart, so that the 8 rows of
+// 16 bytes that a fragment load reads at once fall on different banks (KP apart, rows 4 apart share them).
+const uint KP = 8, SK = KP + 4;
 layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf4 { uvec4 qh4[]; };
 layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf4 { uvec4 xh4[]; };
-shared uint qs[2 * BM * KP];  // the step's queries, double buffered
-shared uint xs[2 * BN * KP];  // the step's database rows
+shared uint qs[2 * BM * SK];  // the step's queries, double buffered
+shared uint xs[2 * BN * SK];  // the step's database rows
 
 // Thread t's share of a step's operands: uvec4 v = t + 128 h of the queries' (row v / 2, half v % 2 of the step)
 // and of the rows'. Rows are padded (queries to the tile, the block by a tile), so no load is out of range.
@@ -60,10 +62,10 @@ void fetch(uint row0, uint col0, uint k0, out uvec4 q[2], out uvec4 x[2]) {
 }
 void stage(uint buf, uvec4 q[2], uvec4 x[2]) {
   [[unroll]] for (uint h = 0; h < 2; ++h) {
-    const uint v = gl_LocalInvocationID.x + 128 * h, at = (v / 2) * KP + 4 * (v % 2);
+    const uint v = gl_LocalInvocationID.x + 128 * h, at = (v / 2) * SK + 4 * (v % 2);
     [[unroll]] for (uint c = 0; c < 4; ++c) {
-      qs[buf * BM * KP + at + c] = q[h][c];
-      xs[buf * BN * KP + at + c] = x[h][c];
+      qs[buf * BM * SK + at + c] = q[h][c];
+      xs[buf * BN * SK + at + c] = x[h][c];
     }
   }
 }
@@ -109,8 +111,8 @@ void main() {
       const bool ahead = next_col < c_end;  // uniform over the workgroup
       if (ahead) fetch(row0, next_col, next_k, next_q, next_x);
       F16_16X16 a[FM], b[FN];
-      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qs, buf * BM * KP + (WM * sy + 16 * i) * KP, KP, false);
-      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * KP + (WN * sx + 16 * j) * KP, KP, true);
+      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
+      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * SK + (WN * sx + 16 * j) * SK, SK, true);
       [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
       if (ahead) stage(buf ^ 1u, next_q, next_x);

@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 #include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/host/float64_distances.hpp>
 #include <gpuml/kernels/knn.hpp>
 
 #include <algorithm>
@@ -29,13 +30,16 @@ using Result = gpuml::host::KnnResult<T>;
 const std::vector<Metric> kMetrics = {Metric::euclidean, Metric::sqeuclidean, Metric::manhattan,
                                       Metric::cosine,    Metric::chebyshev,   Metric::inner_product};
 
-/// The Vulkan device of the test backends (lavapipe by default), or nullptr.
-gpuml::vulkan::Device* test_device() {
+/// The Vulkan backend of the test backends (lavapipe by default), or nullptr.
+const gpuml::Backend* test_backend() {
   static const std::vector<gpuml::testing::NamedBackend> all = gpuml::testing::backends();
   for (const auto& b : all)
-    if (b.backend.is_vulkan()) return b.backend.device();
+    if (b.backend.is_vulkan()) return &b.backend;
   return nullptr;
 }
+
+/// Its device, or nullptr.
+gpuml::vulkan::Device* test_device() { return test_backend() ? test_backend()->device() : nullptr; }
 
 #define REQUIRE_DEVICE()                                                 \
   gpuml::vulkan::Device* device = test_device();                         \
@@ -190,8 +194,9 @@ TYPED_TEST(KnnKernel, KAtTheKernelMaximum) {
       // Selected on the device (heaps at this k), the distances formed there where it can.
       EXPECT_EQ(stats.list_batches, 0u);
       EXPECT_GE(stats.database_blocks, 1u);
-      if (m == Metric::sqeuclidean && std::is_same_v<T, float> && device->info().float64)
+      if (m == Metric::sqeuclidean && std::is_same_v<T, float> && device->info().float64) {
         EXPECT_GT(stats.squared_on_device, std::uint64_t(q.rows()) * std::uint64_t(k) / 2);
+      }
     }
   // k = n: every row, in order.
   const Matrix<T> small = random_matrix<T>(90, 6, 23);
@@ -418,6 +423,95 @@ TYPED_TEST(KnnKernel, SelectedPairsDistancesFormedOnTheDeviceAreTheHosts) {
         EXPECT_EQ(stats.squared_on_device, 0u);
       }
     }
+}
+
+/// host/float64_distances.hpp's squared distance, written out plainly: float64 differences, eight sums (feature f
+/// to sum f % 8 below d - d % 8) in a fixed tree, the rest in feature order.
+double float64_squared_reference(const float* q, const float* x, Eigen::Index d) {
+  double s[8] = {}, tail = 0;
+  const Eigen::Index body = d - d % 8;
+  for (Eigen::Index f = 0; f < d; ++f) {
+    const double e = double(x[f]) - double(q[f]), sq = e * e;
+    if (f < body) s[f % 8] += sq;
+    else tail += sq;
+  }
+  return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+}
+
+TYPED_TEST(KnnKernel, Float64DistancesFormedOnTheDeviceAreTheHosts) {
+  using T = TypeParam;
+  REQUIRE_DEVICE();
+  if constexpr (!std::is_same_v<T, float>) {
+    GTEST_SKIP() << "float32 databases only";
+  } else {
+    if (!device->info().float64) GTEST_SKIP() << "no float64 on " << device->info().name;
+    // The distances the Python estimators return for float32 data, formed on the device (knn_float64_squared):
+    // bit for bit the plain reference above, for queries given and for the database's own rows, at widths with a
+    // tail of 5 features (scalar loads), of 4 (16-byte loads) and none. Features of magnitudes 1e-6 to 1e6, so
+    // that differences and squares round in float64; rows and queries with a subnormal feature come back NaN (the
+    // host's), every other pair formed there.
+    for (const Eigen::Index d : {45, 44, 48}) {
+      SCOPED_TRACE("d = " + std::to_string(d));
+      const Eigen::Index n = 3001, m = 97, k = 13;
+      Matrix<T> db = random_matrix<T>(n, d, 301), q = random_matrix<T>(m, d, 302);
+      const Matrix<T> scale = random_matrix<T>(1, d, 303, -6.0, 6.0);
+      for (Eigen::Index f = 0; f < d; ++f) {
+        const T s = std::pow(T(10), std::round(scale(0, f)));
+        db.col(f) *= s;
+        q.col(f) *= s;
+      }
+      for (Eigen::Index r = 3; r < n; r += 401) db(r, r % d) = std::numeric_limits<T>::denorm_min() * T(5);
+      q(10, 7) = std::numeric_limits<T>::denorm_min();
+      IndexMatrix indices(m, k);
+      for (Eigen::Index i = 0; i < m; ++i)
+        for (Eigen::Index j = 0; j < k; ++j) indices(i, j) = (i * 7919 + j * 104729 + d) % n;
+      indices(5, 2) = 3;  // a row with a subnormal value
+      const gpuml::kernels::KnnDatabase<T> resident(*device, db);
+      ASSERT_TRUE(gpuml::kernels::knn_float64_squared_can_run(resident));
+      for (const bool self : {false, true}) {
+        SCOPED_TRACE(self ? "the database's rows as queries" : "queries");
+        const MatrixView<T> queries = self ? MatrixView<T>(db.topRows(m)) : MatrixView<T>(q);
+        Matrix<double> got(m, k);
+        gpuml::kernels::knn_float64_squared(resident, self ? nullptr : &queries, m, k, indices.data(), got.data());
+        Matrix<double> host(m, k);
+        gpuml::host::float64_distances<double>(queries, db, indices.data(), [k](std::int64_t i) { return i * k; },
+                                               Metric::sqeuclidean, host.data());
+        std::uint64_t formed = 0, left = 0;
+        for (Eigen::Index i = 0; i < m; ++i)
+          for (Eigen::Index j = 0; j < k; ++j) {
+            const float* qi = queries.row(i).data();
+            const float* xj = db.row(indices(i, j)).data();
+            const double expected = float64_squared_reference(qi, xj, d);
+            EXPECT_EQ(host(i, j), expected) << i << ", " << j;  // the host engine is the reference, bit for bit
+            const auto subnormal = [d](const float* v) {
+              for (Eigen::Index f = 0; f < d; ++f)
+                if (v[f] != 0 && std::fpclassify(v[f]) == FP_SUBNORMAL) return true;
+              return false;
+            };
+            if (subnormal(qi) || subnormal(xj)) {
+              EXPECT_TRUE(std::isnan(got(i, j))) << i << ", " << j;
+              ++left;
+            } else {
+              EXPECT_EQ(got(i, j), expected) << i << ", " << j;
+              ++formed;
+            }
+          }
+        EXPECT_GE(left, std::uint64_t(self ? 1 : k + 1));
+        EXPECT_GT(formed, std::uint64_t(m * k * 9 / 10));
+      }
+      // Through the estimator (euclidean: the square roots of those values, every pair filled in).
+      gpuml::NearestNeighbors<T> nn({.n_neighbors = int(k)}, *test_backend());
+      nn.fit(db);
+      const Matrix<double> distances = nn.float64_distances(q, indices);
+      for (Eigen::Index i = 0; i < m; ++i)
+        for (Eigen::Index j = 0; j < k; ++j)
+          EXPECT_EQ(distances(i, j), std::sqrt(float64_squared_reference(q.row(i).data(), db.row(indices(i, j)).data(), d)));
+      IndexMatrix outside = indices;
+      outside(m - 1, k - 1) = n;
+      EXPECT_THROW(nn.float64_distances(q, outside), gpuml::invalid_input);
+      EXPECT_THROW(nn.float64_distances(q.topRows(m - 1), indices), gpuml::invalid_input);
+    }
+  }
 }
 
 TYPED_TEST(KnnKernel, ResidentDatabaseReusesItsBuffers) {

@@ -177,19 +177,19 @@ class _GpumlKNeighborsMixin(_GpumlNeighborsBase):
             calls.count("sklearn")
             return super().kneighbors(None if query_is_train else X, n_neighbors, return_distance)
 
-        # float32 data: the distances come back recomputed in float64 from differences (float32 for cosine).
-        # float32 data ranked in float32 comes back in the order of the distances returned (_sort_rows), with or
-        # without them; cosine's float32 distances are scikit-learn's (_sklearn_float32_cosine).
+        # float32 data: the distances come back recomputed in float64 from differences (float32 for cosine), and
+        # float32 data ranked in float32 comes back in the order of the distances returned, with or without them
+        # (the extension orders the rows by their float64 distances; cosine's here, _sort_rows, by scikit-learn's
+        # float32 distances, _sklearn_float32_cosine).
         reorder = dtype == np.float32
         distances, indices, messages = db.kneighbors(queries, int(n_neighbors), bool(return_distance or reorder))
         raise_warnings(messages)
         calls.count("gpuml")
-        if reorder:
-            if _gpuml_metric(self.metric, self.p, self.metric_params) == "cosine":
-                fit_X = _dense(self._fit_X)
-                rows = np.repeat(np.arange(len(indices)), indices.shape[1])
-                distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, rows, indices)
-                distances = distances.reshape(indices.shape)
+        if reorder and _gpuml_metric(self.metric, self.p, self.metric_params) == "cosine":
+            fit_X = _dense(self._fit_X)
+            rows = np.repeat(np.arange(len(indices)), indices.shape[1])
+            distances = _sklearn_float32_cosine(fit_X if query_is_train else queries, fit_X, rows, indices)
+            distances = distances.reshape(indices.shape)
             _sort_rows(distances, indices)
         return (distances, indices) if return_distance else indices
 

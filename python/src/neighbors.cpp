@@ -10,218 +10,12 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace gpuml_python {
 namespace {
 
 using Index = std::int64_t;
 using IndexIn = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using LabelsIn = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-// ---- Distances of chosen neighbours ----------------------------------------------------------------------------
-// The hot loops use raw pointers (no Eigen accessors), explicit vectors and forced inlining: their speed does not
-// hang on what the compiler inlines or vectorises by itself (little, where a build optimises for size).
-
-#if defined(__GNUC__) || defined(__clang__)
-#define GPUML_PYTHON_INLINE __attribute__((always_inline)) inline
-#else
-#define GPUML_PYTHON_INLINE inline
-#endif
-
-/// A row-major float32 matrix as the loops read it.
-struct Rows {
-  const float* data;
-  Index stride;  // elements from one row to the next
-  const float* row(Index i) const { return data + i * stride; }
-};
-
-inline Rows rows_of(const gpuml::MatrixView<float>& m) { return {m.data(), Index(m.outerStride())}; }
-
-/// Eight partial sums, lane j taking the features f = j (mod 8), combined in a fixed tree: the order does not
-/// depend on the instruction set or on the vectors used.
-constexpr int kLanes = 8;
-
-GPUML_PYTHON_INLINE double lane_sum(const double (&s)[kLanes]) {
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-#if defined(__GNUC__) || defined(__clang__)
-#define GPUML_PYTHON_LANE_VECTORS 1
-// Two lanes per 16-byte vector, which every vector instruction set has (wider generic vectors are split by the
-// compiler through memory where the target lacks them).
-typedef double Double2 __attribute__((vector_size(16)));
-typedef float Float2 __attribute__((vector_size(8)));
-typedef std::int64_t Bits2 __attribute__((vector_size(16)));
-
-/// x[0..3] widened to double, as lanes (0, 1) and (2, 3). On x86 through cvtps2pd: compilers otherwise convert
-/// value by value (cvtss2sd), whose merge into the old register chains the loop's iterations.
-GPUML_PYTHON_INLINE void widen4(const float* x, Double2& low, Double2& high) {
-#if defined(__SSE2__)
-  const __m128 v = _mm_loadu_ps(x);
-  low = Double2(_mm_cvtps_pd(v));
-  high = Double2(_mm_cvtps_pd(_mm_movehl_ps(v, v)));
-#else
-  Float2 a, b;
-  std::memcpy(&a, x, sizeof a);
-  std::memcpy(&b, x + 2, sizeof b);
-  low = __builtin_convertvector(a, Double2);
-  high = __builtin_convertvector(b, Double2);
-#endif
-}
-#else
-#define GPUML_PYTHON_LANE_VECTORS 0
-#endif
-
-/// Brings a database row into cache before it is read: the neighbours' rows are scattered over a database that
-/// is usually far larger than the caches.
-GPUML_PYTHON_INLINE void prefetch_row(const float* row, Index d) {
-#if defined(__GNUC__) || defined(__clang__)
-  for (Index f = 0; f < d; f += 64 / Index(sizeof(float))) __builtin_prefetch(row + f);
-#else
-  (void)row;
-  (void)d;
-#endif
-}
-
-/// The lanes' sums over the body (d rounded down to a multiple of kLanes) for the metrics that add up per
-/// feature: squared differences x - q (euclidean, sqeuclidean), absolute differences (manhattan), or for cosine
-/// the products q * x in `s` and x * x in `t`.
-template <gpuml::Metric metric>
-GPUML_PYTHON_INLINE void lane_sums(const double* q, const float* x, Index body, double (&s)[kLanes],
-                                   double (&t)[kLanes]) {
-#if GPUML_PYTHON_LANE_VECTORS
-  Double2 a[4] = {}, b[4] = {};  // b: cosine only
-  for (Index f = 0; f < body; f += kLanes) {
-    Double2 wide[4];
-    widen4(x + f, wide[0], wide[1]);
-    widen4(x + f + 4, wide[2], wide[3]);
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      Double2 query;
-      std::memcpy(&query, q + f + 2 * v, sizeof query);
-      if constexpr (metric == gpuml::Metric::cosine) {
-        a[v] += query * wide[v];
-        b[v] += wide[v] * wide[v];
-      } else if constexpr (metric == gpuml::Metric::manhattan) {
-        a[v] += Double2(Bits2(wide[v] - query) & std::numeric_limits<std::int64_t>::max());  // |x - q|
-      } else {
-        const Double2 e = wide[v] - query;
-        a[v] += e * e;
-      }
-    }
-  }
-  std::memcpy(s, a, sizeof s);
-  if constexpr (metric == gpuml::Metric::cosine) std::memcpy(t, b, sizeof t);
-#else
-  for (int j = 0; j < kLanes; ++j) s[j] = t[j] = 0;
-  for (Index f = 0; f < body; f += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = x[f + j], e = v - q[f + j];
-      if constexpr (metric == gpuml::Metric::cosine) {
-        s[j] += q[f + j] * v;
-        t[j] += v * v;
-      } else if constexpr (metric == gpuml::Metric::manhattan) {
-        s[j] += std::fabs(e);
-      } else {
-        s[j] += e * e;
-      }
-    }
-#endif
-}
-
-/// The float64 distance between a query q (float32 values widened to double) and database row x, from
-/// differences: what scikit-learn returns for float32 data. `q_squared_norm` is used by cosine only.
-template <gpuml::Metric metric>
-GPUML_PYTHON_INLINE double exact_distance(const double* q, const float* x, Index d, Index body, double q_squared_norm) {
-  double s[kLanes], t[kLanes], tail = 0, tail_t = 0;
-  if constexpr (metric == gpuml::Metric::chebyshev) {
-    double m = 0;
-    for (Index f = 0; f < d; ++f) m = std::max(m, std::fabs(double(x[f]) - q[f]));
-    return m;
-  } else if constexpr (metric == gpuml::Metric::manhattan) {
-    lane_sums<metric>(q, x, body, s, t);
-    for (Index f = body; f < d; ++f) tail += std::fabs(double(x[f]) - q[f]);
-    return lane_sum(s) + tail;
-  } else if constexpr (metric == gpuml::Metric::cosine) {
-    lane_sums<metric>(q, x, body, s, t);
-    for (Index f = body; f < d; ++f) {
-      const double v = x[f];
-      tail += q[f] * v;
-      tail_t += v * v;
-    }
-    // scikit-learn: 1 - <q, x> / (|q| |x|), and a zero vector at distance 1 from everything.
-    const double norms = std::sqrt(q_squared_norm) * std::sqrt(lane_sum(t) + tail_t);
-    return norms == 0 ? 1.0 : 1.0 - (lane_sum(s) + tail) / norms;
-  } else {
-    lane_sums<gpuml::Metric::sqeuclidean>(q, x, body, s, t);
-    for (Index f = body; f < d; ++f) {
-      const double e = double(x[f]) - q[f];
-      tail += e * e;
-    }
-    const double squared = lane_sum(s) + tail;
-    return metric == gpuml::Metric::euclidean ? std::sqrt(squared) : squared;
-  }
-}
-
-/// out[p] for the database rows indices[p], p in [offsets(i), offsets(i + 1)), the neighbours of query i (the
-/// queries' rows are d wide, as the database's).
-template <gpuml::Metric metric, class Out, class Offsets>
-void exact_distances_of(Rows queries, Index n_queries, Rows database, Index d, const std::int64_t* indices,
-                        const Offsets& offsets, Out* out) {
-  const Index body = d - d % kLanes;
-  gpuml::parallel_chunks(n_queries, 64, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
-    std::vector<double> wide(static_cast<std::size_t>(d));
-    double* q = wide.data();
-    // Rows are fetched a few pairs ahead, across queries: a pair's arithmetic takes less time than a fetch.
-    constexpr Index kAhead = 8;
-    const Index chunk_first = offsets(begin), chunk_last = offsets(end);
-    for (Index p = chunk_first; p < std::min(chunk_last, chunk_first + kAhead); ++p)
-      prefetch_row(database.row(indices[p]), d);
-    for (Index i = begin; i < end; ++i) {
-      const float* query = queries.row(i);
-      for (Index f = 0; f < d; ++f) q[f] = query[f];
-      double q_squared_norm = 0;
-      if constexpr (metric == gpuml::Metric::cosine) {
-        double s[kLanes], t[kLanes], tail = 0;
-        lane_sums<metric>(q, query, body, s, t);
-        for (Index f = body; f < d; ++f) tail += q[f] * q[f];
-        q_squared_norm = lane_sum(t) + tail;
-      }
-      for (Index p = offsets(i), last = offsets(i + 1); p < last; ++p) {
-        if (p + kAhead < chunk_last) prefetch_row(database.row(indices[p + kAhead]), d);
-        out[p] = static_cast<Out>(exact_distance<metric>(q, database.row(indices[p]), d, body, q_squared_norm));
-      }
-    }
-  });
-}
-
-/// scikit-learn's distances of float32 data from each query to its neighbours (see exact_distances_of): float64
-/// from differences (cosine: their float32 rounding, as scikit-learn computes cosine distances of float32 data in
-/// float32). Each value depends on its pair alone, so the thread count changes nothing.
-template <class Out, class Offsets>
-void exact_distances(gpuml::MatrixView<float> queries, gpuml::MatrixView<float> database, const std::int64_t* indices,
-                     const Offsets& offsets, gpuml::Metric metric, Out* out) {
-  const Rows q = rows_of(queries), x = rows_of(database);
-  const Index n = queries.rows(), d = database.cols();
-  switch (metric) {
-    case gpuml::Metric::euclidean:
-      return exact_distances_of<gpuml::Metric::euclidean>(q, n, x, d, indices, offsets, out);
-    case gpuml::Metric::sqeuclidean:
-      return exact_distances_of<gpuml::Metric::sqeuclidean>(q, n, x, d, indices, offsets, out);
-    case gpuml::Metric::manhattan:
-      return exact_distances_of<gpuml::Metric::manhattan>(q, n, x, d, indices, offsets, out);
-    case gpuml::Metric::chebyshev:
-      return exact_distances_of<gpuml::Metric::chebyshev>(q, n, x, d, indices, offsets, out);
-    case gpuml::Metric::cosine:
-      return exact_distances_of<gpuml::Metric::cosine>(q, n, x, d, indices, offsets, out);
-    case gpuml::Metric::inner_product: break;
-  }
-  throw gpuml::invalid_input("exact distances: no float64 recomputation for metric " +
-                             std::string(gpuml::metric_name(metric)));
-}
 
 template <class S>
 using Column = Eigen::Matrix<S, Eigen::Dynamic, 1>;
@@ -241,10 +35,10 @@ struct ExactDistances {
     narrow = metric == gpuml::Metric::cosine;
     if (narrow) {
       float32.resize(rows, cols);
-      exact_distances<float>(queries, database, indices, offsets, metric, float32.data());
+      gpuml::host::float64_distances<float>(queries, database, indices, offsets, metric, float32.data());
     } else {
       float64.resize(rows, cols);
-      exact_distances<double>(queries, database, indices, offsets, metric, float64.data());
+      gpuml::host::float64_distances<double>(queries, database, indices, offsets, metric, float64.data());
     }
   }
 
@@ -252,6 +46,24 @@ struct ExactDistances {
     return narrow ? nb::cast(to_numpy(std::move(float32))) : nb::cast(to_numpy(std::move(float64)));
   }
 };
+
+/// Puts each row of (distances, indices) in (distance, index) order where it is not, on the host threads.
+void sort_rows(gpuml::Matrix<double>& distances, gpuml::IndexMatrix& indices) {
+  const Index k = indices.cols();
+  gpuml::parallel_chunks(indices.rows(), 256, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    std::vector<std::pair<double, std::int64_t>> row;
+    for (Index i = begin; i < end; ++i) {
+      bool sorted = true;
+      for (Index j = 1; j < k && sorted; ++j)
+        sorted = std::pair(distances(i, j - 1), indices(i, j - 1)) < std::pair(distances(i, j), indices(i, j));
+      if (sorted) continue;
+      row.clear();
+      for (Index j = 0; j < k; ++j) row.emplace_back(distances(i, j), indices(i, j));
+      std::sort(row.begin(), row.end());
+      for (Index j = 0; j < k; ++j) std::tie(distances(i, j), indices(i, j)) = row[std::size_t(j)];
+    }
+  });
+}
 
 void check_indices(const std::int64_t* indices, std::size_t count, Index bound, const char* what) {
   for (std::size_t p = 0; p < count; ++p)
@@ -288,9 +100,12 @@ class Neighbors {
     auto r = released(warnings, [&] {
       auto found = queries ? nn_->kneighbors(view(*queries), k) : nn_->kneighbors_self(k);
       if constexpr (std::is_same_v<T, float>) {
-        if (return_distance)
-          exact.compute(queries ? view(*queries) : view(X_), view(X_), found.indices.data(), found.indices.rows(),
-                        found.indices.cols(), [k](Index i) { return i * k; }, metric_);
+        if (return_distance) {
+          distances_of(queries, found.indices, exact);
+          // The search ranked float32 values; two neighbours within float32 rounding of each other can come back
+          // against the order of their float64 distances (cosine: the Python side recomputes and orders them).
+          if (!exact.narrow) sort_rows(exact.float64, found.indices);
+        }
       }
       return found;
     });
@@ -314,12 +129,12 @@ class Neighbors {
                                  std::to_string(X_.shape(1)));
     check_indices(indices.data(), indices.size(), Index(X_.shape(0)), "indices");
     if constexpr (std::is_same_v<T, float>) {
-      const Index k = Index(indices.shape(1));
       ExactDistances<gpuml::Matrix> exact;
       std::vector<std::string> warnings;
       released(warnings, [&] {
-        exact.compute(queries_view, view(X_), indices.data(), Index(indices.shape(0)), k,
-                      [k](Index i) { return i * k; }, metric_);
+        distances_of(queries, Eigen::Map<const gpuml::IndexMatrix>(indices.data(), Index(indices.shape(0)),
+                                                                    Index(indices.shape(1))),
+                     exact);
         return 0;
       });
       return std::move(exact).to_python();
@@ -356,6 +171,22 @@ class Neighbors {
   }
 
   std::vector<std::string> fit_warnings() const { return warnings_; }
+
+  /// scikit-learn's distances of float32 data (ExactDistances) from each query (None: the database's rows) to the
+  /// database rows `indices` (a row per query): the estimator's float64_distances (on the device where it can), or
+  /// cosine's float32 values on the host.
+  void distances_of(const std::optional<In2<T>>& queries, Eigen::Ref<const gpuml::IndexMatrix> indices,
+                    ExactDistances<gpuml::Matrix>& exact) const {
+    if (metric_ == gpuml::Metric::cosine) {
+      const Index k = indices.cols();
+      const gpuml::IndexMatrix dense = indices;
+      exact.compute(queries ? view(*queries) : view(X_), view(X_), dense.data(), indices.rows(), k,
+                    [k](Index i) { return i * k; }, metric_);
+      return;
+    }
+    exact.narrow = false;
+    exact.float64 = queries ? nn_->float64_distances(view(*queries), indices) : nn_->float64_distances_self(indices);
+  }
   std::string device() const { return backend_name(nn_->backend()); }
 
  private:

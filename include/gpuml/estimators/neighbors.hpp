@@ -229,6 +229,21 @@ class NearestNeighbors {
   RadiusResult<T> radius_graph_self(double radius, Eigen::Index sorted_feature = -1) const;
 
 
+  /// The distances gpuml's Python estimators return for float32 data (host/float64_distances.hpp: float64 from the
+  /// features' differences in a fixed order) from each row i of X to the training samples indices(i, j), e.g.
+  /// kneighbors(X).indices. euclidean and sqeuclidean are formed on the device where the database is kept on one
+  /// device with float64 arithmetic (bit for bit the host's values; pairs with subnormal values on the host), the
+  /// rest on the host threads. float32 databases only.
+  ///
+  ///   gpuml::NearestNeighbors<float> nn({.n_neighbors = 10});
+  ///   nn.fit(X);
+  ///   gpuml::Matrix<double> d = nn.float64_distances(Q, nn.kneighbors(Q).indices);
+  Matrix<double> float64_distances(MatrixView<T> X, Eigen::Ref<const IndexMatrix> indices) const;
+
+  /// float64_distances from the training samples themselves: row i of `indices` holds sample i's neighbours (e.g.
+  /// kneighbors().indices).
+  Matrix<double> float64_distances_self(Eigen::Ref<const IndexMatrix> indices) const;
+
   /// return_distance=False variants.
   IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
   IndexMatrix kneighbors_indices(MatrixView<T> X, int n_neighbors = 0) const {
@@ -269,6 +284,9 @@ class NearestNeighbors {
   RadiusResult<T> radius_search(MatrixView<T> queries, double radius, bool sort, bool exclude_self, bool distances = true,
                                 Eigen::Index sorted_feature = -1) const;
 
+
+  /// float64_distances of the queries' rows (null: the training samples) to `indices`.
+  Matrix<double> float64_distances_of(const MatrixView<T>* queries, Eigen::Ref<const IndexMatrix> indices) const;
 
   NeighborsParams params_;
   Backend backend_;

@@ -4,6 +4,7 @@
 
 #include <gpuml/algorithms/knn.hpp>
 #include <gpuml/estimators/neighbors.hpp>
+#include <gpuml/host/float64_distances.hpp>
 #include <gpuml/host/knn.hpp>
 #include <gpuml/host/radius.hpp>
 #include <gpuml/kernels/knn.hpp>
@@ -11,6 +12,7 @@
 #include <gpuml/select.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <string>
@@ -133,6 +135,66 @@ KnnResult<T> NearestNeighbors<T, Policy>::kneighbors(MatrixView<T> X, int n_neig
                         ", n_samples_fit = " + std::to_string(X_.rows()) + ", n_samples = " +
                         std::to_string(X.rows()));
   return search(X, k);
+}
+
+template <class T, class Policy>
+Matrix<double> NearestNeighbors<T, Policy>::float64_distances(MatrixView<T> X, Eigen::Ref<const IndexMatrix> indices) const {
+  require_fitted();
+  checks::data(X, "X");
+  checks::same_features(X_.cols(), X.cols(), "X");
+  return float64_distances_of(&X, indices);
+}
+
+template <class T, class Policy>
+Matrix<double> NearestNeighbors<T, Policy>::float64_distances_self(Eigen::Ref<const IndexMatrix> indices) const {
+  require_fitted();
+  return float64_distances_of(nullptr, indices);
+}
+
+template <class T, class Policy>
+Matrix<double> NearestNeighbors<T, Policy>::float64_distances_of(const MatrixView<T>* queries,
+                                                                 Eigen::Ref<const IndexMatrix> indices) const {
+  if constexpr (!std::is_same_v<T, float>) {
+    throw invalid_input("float64_distances: the database is float64; its searches return float64 distances");
+  } else {
+    const Eigen::Index m = queries ? queries->rows() : X_.rows(), k = indices.cols();
+    if (indices.rows() != m)
+      throw invalid_input("indices have " + std::to_string(indices.rows()) + " rows for " + std::to_string(m) + " queries");
+    Matrix<double> out(m, k);
+    if (m == 0 || k == 0) return out;
+    const MatrixView<float> q = queries ? *queries : MatrixView<float>(X_);
+    // A contiguous copy where the caller's indices are strided (an Eigen::Ref of a block).
+    const IndexMatrix dense = indices.outerStride() == k ? IndexMatrix() : IndexMatrix(indices);
+    const std::int64_t* pairs = dense.size() ? dense.data() : indices.data();
+    std::atomic<std::int64_t> outside{-1};  // the first index out of range that a thread saw
+    parallel_chunks(m * k, 1 << 16, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t p = begin; p < end; ++p)
+        if (pairs[p] < 0 || pairs[p] >= X_.rows()) {
+          std::int64_t none = -1;
+          outside.compare_exchange_strong(none, p);
+          return;
+        }
+    });
+    if (const std::int64_t p = outside.load(); p >= 0)
+      throw invalid_input("indices hold " + std::to_string(pairs[p]) + ", outside [0, " + std::to_string(X_.rows()) + ")");
+    const bool on_device = (metric_ == Metric::euclidean || metric_ == Metric::sqeuclidean) && device_X_ &&
+                           shards_.size() <= 1 && kernels::knn_float64_squared_can_run(*device_X_);
+    if (!on_device) {
+      host::float64_distances<double>(q, X_, pairs, [k](std::int64_t i) { return i * k; }, metric_, out.data());
+      return out;
+    }
+    kernels::knn_float64_squared(*device_X_, queries, std::uint64_t(m), std::uint64_t(k), pairs, out.data());
+    const bool root = metric_ == Metric::euclidean;
+    parallel_chunks(m, 256, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+        for (Eigen::Index j = 0; j < k; ++j) {
+          double& v = out(i, j);
+          if (std::isnan(v)) v = host::float64_distance(q.row(i).data(), X_.row(pairs[i * k + j]).data(), X_.cols(), metric_);
+          else if (root) v = std::sqrt(v);
+        }
+    });
+    return out;
+  }
 }
 
 template <class T, class Policy>

@@ -98,6 +98,8 @@ inline constexpr std::uint32_t kKnnMergeThreads = 64, kKnnMergeGroup = 8, kKnnGa
 /// VkDeviceInfo::coop_matrix_f16; GPUML_KNN_COOP=0 keeps them on knn_select.comp (for comparisons).
 inline constexpr std::uint32_t kKnnCoopQueries = filter_coop_interface::kBlockQueries,
                                 kKnnCoopRows = filter_coop_interface::kBlockRows;
+/// The uints (float16 pairs) of a row of d features as knn_filter_coop.comp reads it: padded to 16 features.
+inline std::uint64_t knn_coop_row_pairs(std::uint64_t d) { return ceil_div(d, 16) * 8; }
 
 /// The switches of one k-NN search (comparisons and sweeps; the defaults are the fastest exact search). Config
 /// gives the process's defaults (GPUML_KNN_SAMPLE, GPUML_KNN_APPEND, GPUML_KNN_COOP).
@@ -408,6 +410,7 @@ struct KnnWorkspace {
   std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
       readback, bound_v, bound_i, sample_listed, query_half, out_squared;
+  vulkan::Buffer pair_squared;  // knn_float64_squared's distances
   vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
   /// Where the staged read-back holds, for batches of up to `batch_queries` queries, the k best per query's indices
@@ -465,7 +468,7 @@ struct KnnWorkspace {
       fit(device, readback, readback_layout(mb, k, plan.squared_on_device).bytes, MemoryUse::readback);
     }
     fit(device, status, 16, MemoryUse::readback);
-    if (plan.coop) fit(device, query_half, ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries * ceil_div(d, 16) * 8 * 4);
+    if (plan.coop) fit(device, query_half, ceil_div(mb, kKnnCoopQueries) * kKnnCoopQueries * knn_coop_row_pairs(d) * 4);
     if (plan.squared_on_device) fit(device, out_squared, mb * k * sizeof(float));
   }
 
@@ -585,7 +588,8 @@ struct KnnKernels {
       }
       if (plan.squared_on_device)
         k.exact_keys = device.kernel(shaders::knn_exact_keys_kernel::spec<T>(spec_constants(
-            exact_keys_interface::kSpecCount, {{exact_keys_interface::kSpecLoopGuard, plan.cpu ? 1u : 0u}})));
+            exact_keys_interface::kSpecCount,
+            {{exact_keys_interface::kSpecLoopGuard, plan.cpu ? 1u : 0u}, {exact_keys_interface::kSpecFloat64Distances, 0u}})));
     }
     if (plan.slots) {
       k.append = make_select<T>(device, plan.tile, metric, true, plan.cpu);
@@ -606,7 +610,7 @@ void make_half_block(vulkan::Device& device, const vulkan::Kernel& half, MatrixV
   const std::uint64_t nb = block.rows, d = X.cols();
   const std::uint64_t rows_out = ceil_div(nb, 16) * 16 + kKnnCoopRows;
   out.scale = half_scale<T>(X, static_cast<std::int64_t>(block.first), static_cast<std::int64_t>(block.first + nb));
-  out.rows = device.buffer(rows_out * ceil_div(d, 16) * 8 * 4);
+  out.rows = device.buffer(rows_out * knn_coop_row_pairs(d) * 4);
   out.terms = device.buffer(rows_out * 4);
   vulkan::Commands convert(device);
   record_half_rows<T>(device, convert, half, block.x, block.norms, nb, d, rows_out, out.scale, out.rows, &out.terms);
@@ -729,7 +733,7 @@ class KnnPasses {
                  std::uint64_t bound_stride, const vulkan::Buffer& listed) {
     if (kernels_.filter_coop) {
       const filter_coop_interface::Push push{
-          .m = std::uint32_t(mb_), .k = std::uint32_t(bound_stride), .pairs = std::uint32_t(ceil_div(shape_.d, 16) * 8),
+          .m = std::uint32_t(mb_), .k = std::uint32_t(bound_stride), .pairs = std::uint32_t(knn_coop_row_pairs(shape_.d)),
           .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(block_->first),
           .cap = std::uint32_t(shape_.slots), .nb = std::uint32_t(block_->rows), .m2w = -2.0f / (query_scale_ * half_->scale),
           .qscale = query_scale_, .d = std::uint32_t(shape_.d)};
@@ -1127,6 +1131,83 @@ algorithms::KnnResult<T> knn_search(vulkan::Device& device, MatrixView<T> databa
   st.ms.finish = st.ms.total - selecting_ms;
   result.stats = st;
   return result;
+}
+
+/// Whether knn_float64_squared can run on `db`'s device: float64 arithmetic, the database in one block.
+inline bool knn_float64_squared_can_run(const KnnDatabase<float>& db) noexcept {
+  return db.device().info().float64 && db.blocks().size() == 1;
+}
+
+/// The float64 squared distances of host/float64_distances.hpp from each query to its k chosen database rows,
+/// formed on the device (knn_exact_keys.comp, FLOAT64_DISTANCES): out[i * k + j] for query i and the row
+/// indices[i * k + j] (each in [0, db.rows())); NaN where a pair has a subnormal value, which the host forms.
+/// `queries`: m rows of db.cols() features, or null for the database's own first m rows. Requires
+/// knn_float64_squared_can_run(db). Batches of at most 2^22 pairs, each one submission through the database's
+/// workspace (one search or batch at a time): the queries and the indices (as uint32) written into its staging,
+/// copied, the distances formed and copied back.
+inline void knn_float64_squared(const KnnDatabase<float>& db, const MatrixView<float>* queries, std::uint64_t m,
+                                std::uint64_t k, const std::int64_t* indices, double* out) {
+  namespace shader = exact_keys_interface;
+  if (!knn_float64_squared_can_run(db)) throw unsupported("float64 distances on " + db.device().info().name);
+  if (m == 0 || k == 0) return;
+  vulkan::Device& device = db.device();
+  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
+  const std::uint64_t d = db.cols(), batch = std::max<std::uint64_t>(1, (std::uint64_t(1) << 22) / k);
+  vulkan::KernelRef kernel = device.kernel(shaders::knn_exact_keys_kernel::spec<float>(spec_constants(
+      shader::kSpecCount, {{shader::kSpecLoopGuard, cpu ? 1u : 0u}, {shader::kSpecFloat64Distances, 1u}})));
+  KnnWorkspace<float>& ws = db.workspace();
+  std::lock_guard lock(ws.mutex);
+  using W = KnnWorkspace<float>;
+  const std::uint64_t mb = std::min(m, batch), query_bytes = queries ? mb * d * sizeof(float) : 0;
+  const std::uint64_t index_offset = (query_bytes + 255) / 256 * 256;  // the indices' place in the staging
+  W::fit(device, ws.queries, std::max<std::uint64_t>(query_bytes, 16));
+  W::fit(device, ws.out_i, mb * k * sizeof(std::uint32_t));
+  W::fit(device, ws.pair_squared, mb * k * sizeof(double));
+  W::fit(device, ws.status, 16, vulkan::MemoryUse::readback);
+  const bool staged = ws.staged();  // the device's buffers are not mapped
+  if (staged) {
+    W::fit(device, ws.upload, index_offset + mb * k * sizeof(std::uint32_t), vulkan::MemoryUse::upload);
+    W::fit(device, ws.readback, mb * k * sizeof(double), vulkan::MemoryUse::readback);
+  }
+  vulkan::Commands cmds(device);
+  for (std::uint64_t first = 0; first < m; first += mb) {
+    const std::uint64_t n = std::min(mb, m - first), pairs = n * k;
+    char* up = staged ? static_cast<char*>(ws.upload.mapped()) : nullptr;
+    if (queries)
+      vulkan::pack_rows<float>(*queries, Eigen::Index(first), Eigen::Index(first + n),
+                               reinterpret_cast<float*>(staged ? up : static_cast<char*>(ws.queries.mapped())));
+    auto* rows = reinterpret_cast<std::uint32_t*>(staged ? up + index_offset : static_cast<char*>(ws.out_i.mapped()));
+    const std::int64_t* from = indices + first * k;
+    parallel_chunks(std::int64_t(pairs), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::int64_t p = b; p < e; ++p) rows[p] = static_cast<std::uint32_t>(from[p]);
+    });
+    cmds.reset();
+    if (cpu) cmds.fill(ws.status, 0, 16, 0u);
+    if (staged) {
+      if (queries) cmds.copy(ws.upload, 0, ws.queries, 0, n * d * sizeof(float));
+      cmds.copy(ws.upload, index_offset, ws.out_i, 0, pairs * sizeof(std::uint32_t));
+    }
+    cmds.barrier();
+    // Queries from the database itself: its rows from `first` on.
+    const shader::Push push{.m = std::uint32_t(n), .k = std::uint32_t(k), .d = std::uint32_t(d), .base = 0,
+                            .first_query = queries ? 0u : std::uint32_t(first)};
+    const LinearGrid grid = linear_grid(device.info(), ceil_div(pairs, shader::kThreads), "float64 distances");
+    cmds.dispatch(kernel,
+                  {{shader::kBindingQueries, queries ? ws.queries : db.blocks()[0].x}, {shader::kBindingRows, db.blocks()[0].x},
+                   {shader::kBindingIndices, ws.out_i}, {shader::kBindingSquared, ws.pair_squared},
+                   {shader::kBindingStatus, ws.status}},
+                  push, grid.x, grid.y);
+    if (staged) {
+      cmds.barrier();
+      cmds.copy(ws.pair_squared, 0, ws.readback, 0, pairs * sizeof(double));
+    }
+    cmds.submit_and_wait();
+    if (cpu && *static_cast<const std::uint32_t*>(ws.status.mapped()) != 0)
+      throw unsupported(device.info().name + " cut the float64 distances short (llvmpipe's limit of 65535 loop "
+                        "iterations per invocation) for d=" + std::to_string(d));
+    const void* result = staged ? ws.readback.mapped() : ws.pair_squared.mapped();
+    vulkan::transfer_detail::copy_bytes(out + first * k, result, pairs * sizeof(double));
+  }
 }
 
 }  // namespace gpuml::kernels
