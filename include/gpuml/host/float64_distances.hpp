@@ -17,6 +17,7 @@
 #include <gpuml/core/matrix.hpp>
 #include <gpuml/core/metric.hpp>
 #include <gpuml/core/parallel.hpp>
+#include <gpuml/host/simd.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -60,13 +61,11 @@ GPUML_FLOAT64_INLINE double lane_sum(const double (&s)[kLanes]) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define GPUML_FLOAT64_LANE_VECTORS 1
+#if GPUML_HOST_VECTORS
 // Two lanes per 16-byte vector, which every vector instruction set has (wider generic vectors are split by the
 // compiler through memory where the target lacks them).
-typedef double Double2 __attribute__((vector_size(16)));
-typedef float Float2 __attribute__((vector_size(8)));
-typedef std::int64_t Bits2 __attribute__((vector_size(16)));
+using Double2 = simd::Vec<double, 16>::V;
+using Bits2 = simd::Vec<double, 16>::I;
 
 /// x[0..3] widened to double, as lanes (0, 1) and (2, 3). On x86 through cvtps2pd: compilers otherwise convert
 /// value by value (cvtss2sd), whose merge into the old register chains the loop's iterations.
@@ -76,15 +75,14 @@ GPUML_FLOAT64_INLINE void widen4(const float* x, Double2& low, Double2& high) {
   low = Double2(_mm_cvtps_pd(v));
   high = Double2(_mm_cvtps_pd(_mm_movehl_ps(v, v)));
 #else
+  typedef float Float2 __attribute__((vector_size(8)));
   Float2 a, b;
-  std::memcpy(&a, x, sizeof a);
-  std::memcpy(&b, x + 2, sizeof b);
+  simd::load(a, x);
+  simd::load(b, x + 2);
   low = __builtin_convertvector(a, Double2);
   high = __builtin_convertvector(b, Double2);
 #endif
 }
-#else
-#define GPUML_FLOAT64_LANE_VECTORS 0
 #endif
 
 /// Brings a database row into cache before it is read: the neighbours' rows are scattered over a database that
@@ -104,7 +102,7 @@ GPUML_FLOAT64_INLINE void prefetch_row(const float* row, Index d) {
 template <Metric metric>
 GPUML_FLOAT64_INLINE void lane_sums(const double* q, const float* x, Index body, double (&s)[kLanes],
                                    double (&t)[kLanes]) {
-#if GPUML_FLOAT64_LANE_VECTORS
+#if GPUML_HOST_VECTORS
   Double2 a[4] = {}, b[4] = {};  // b: cosine only
   for (Index f = 0; f < body; f += kLanes) {
     Double2 wide[4];
@@ -113,7 +111,7 @@ GPUML_FLOAT64_INLINE void lane_sums(const double* q, const float* x, Index body,
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       Double2 query;
-      std::memcpy(&query, q + f + 2 * v, sizeof query);
+      simd::load(query, q + f + 2 * v);
       if constexpr (metric == Metric::cosine) {
         a[v] += query * wide[v];
         b[v] += wide[v] * wide[v];
@@ -249,3 +247,5 @@ inline double float64_distance(const float* query, const float* row, std::int64_
 }
 
 }  // namespace gpuml::host
+
+#undef GPUML_FLOAT64_INLINE
