@@ -109,13 +109,13 @@ void main() {
   const uint e = linear_group_id() * kThreads + gl_LocalInvocationID.x;
   if (e >= p.m * p.k) return;
   const float nan = uintBitsToFloat(0x7FC00000u);
-  const uint index = idx[e];
+  const uint index = p.paired != 0u ? idx[2u * e + 1u] : idx[e];
   if (index == 0xFFFFFFFFu) {
     if (FLOAT64_DISTANCES != 0u) squared64[e] = packDouble2x32(uvec2(0u, 0x7FF80000u));
     else squared[e] = nan;
     return;
   }
-  const uint q = p.first_query + e / p.k, c = index - p.base, full = p.d / 4;
+  const uint q = p.paired != 0u ? idx[2u * e] : p.first_query + e / p.k, c = index - p.base, full = p.d / 4;
   if (FLOAT64_DISTANCES != 0u) {
     squared64[e] = float64_squared(q, c);
     if (LOOP_GUARD != 0u && loop_limit_reached(p.m)) atomicOr(status[0], 1u);

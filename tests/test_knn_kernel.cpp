@@ -506,6 +506,42 @@ TYPED_TEST(KnnKernel, Float64DistancesFormedOnTheDeviceAreTheHosts) {
       for (Eigen::Index i = 0; i < m; ++i)
         for (Eigen::Index j = 0; j < k; ++j)
           EXPECT_EQ(distances(i, j), std::sqrt(float64_squared_reference(q.row(i).data(), db.row(indices(i, j)).data(), d)));
+      // Ragged lists (radius searches): every query its own number of pairs, some none; sent to the device as
+      // (query, row) pairs, from queries given and from the database's own rows.
+      gpuml::RadiusResult<T> lists;
+      lists.offsets.push_back(0);
+      for (Eigen::Index i = 0; i < m; ++i) {
+        for (Eigen::Index j = 0; j < (i * 37) % 23 - (i % 5 == 0 ? 30 : 0); ++j) lists.indices.push_back((i * 131 + j * 7901) % n);
+        lists.offsets.push_back(std::int64_t(lists.indices.size()));
+      }
+      lists.indices[4] = 3;  // a row with a subnormal value
+      ASSERT_GT(lists.indices.size(), std::size_t(m));
+      for (const bool self : {false, true}) {
+        SCOPED_TRACE(self ? "lists of the database's rows" : "lists of queries");
+        const MatrixView<T> queries = self ? MatrixView<T>(db.topRows(m)) : MatrixView<T>(q);
+        std::vector<double> got(lists.indices.size());
+        gpuml::kernels::knn_float64_squared_lists(resident, self ? nullptr : &queries, m, lists.offsets.data(),
+                                                  lists.indices.data(), got.data());
+        std::size_t left = 0;
+        for (Eigen::Index i = 0; i < m; ++i)
+          for (auto p = lists.offsets[i]; p < lists.offsets[i + 1]; ++p) {
+            const double expected = float64_squared_reference(queries.row(i).data(), db.row(lists.indices[p]).data(), d);
+            if (std::isnan(got[p])) ++left;
+            else EXPECT_EQ(got[p], expected) << i << ", " << p;
+          }
+        EXPECT_LE(left, lists.indices.size() / 10);
+        // The estimator's self form takes a list per training sample: those past the first m empty.
+        gpuml::RadiusResult<T> every = lists;
+        every.offsets.resize(std::size_t(n) + 1, lists.offsets.back());
+        const std::vector<double> through = self ? nn.float64_distances_self(every) : nn.float64_distances(q, lists);
+        ASSERT_EQ(through.size(), lists.indices.size());
+        for (Eigen::Index i = 0; i < m; ++i)
+          for (auto p = lists.offsets[i]; p < lists.offsets[i + 1]; ++p)
+            EXPECT_EQ(through[p], std::sqrt(float64_squared_reference(queries.row(i).data(), db.row(lists.indices[p]).data(), d)));
+      }
+      gpuml::RadiusResult<T> short_lists = lists;
+      short_lists.offsets.pop_back();
+      EXPECT_THROW(nn.float64_distances(q, short_lists), gpuml::invalid_input);
       IndexMatrix outside = indices;
       outside(m - 1, k - 1) = n;
       EXPECT_THROW(nn.float64_distances(q, outside), gpuml::invalid_input);

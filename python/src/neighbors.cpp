@@ -152,10 +152,16 @@ class Neighbors {
     auto r = released(warnings, [&] {
       auto found = queries ? nn_->radius_neighbors(view(*queries), radius, sort) : nn_->radius_neighbors_self(radius, sort);
       if constexpr (std::is_same_v<T, float>) {
-        if (exact)
+        if (exact && metric_ == gpuml::Metric::cosine) {
           exact_distances.compute(queries ? view(*queries) : view(X_), view(X_), found.indices.data(),
                                   Index(found.indices.size()), 1,
                                   [&found](Index i) { return found.offsets[static_cast<std::size_t>(i)]; }, metric_);
+        } else if (exact) {  // the estimator's float64_distances: on the device where it can
+          const std::vector<double> d =
+              queries ? nn_->float64_distances(view(*queries), found) : nn_->float64_distances_self(found);
+          exact_distances.narrow = false;
+          exact_distances.float64 = Eigen::Map<const Column<double>>(d.data(), Eigen::Index(d.size()));
+        }
       }
       return found;
     });

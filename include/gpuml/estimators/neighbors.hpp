@@ -244,6 +244,13 @@ class NearestNeighbors {
   /// kneighbors().indices).
   Matrix<double> float64_distances_self(Eigen::Ref<const IndexMatrix> indices) const;
 
+  /// float64_distances of ragged lists, e.g. radius_neighbors(X, ...)'s: the distance of each pair of `lists`
+  /// (offsets and indices; its distances are not read), in its order.
+  std::vector<double> float64_distances(MatrixView<T> X, const RadiusResult<T>& lists) const;
+
+  /// The same from the training samples themselves, e.g. for radius_neighbors_self's lists.
+  std::vector<double> float64_distances_self(const RadiusResult<T>& lists) const;
+
   /// return_distance=False variants.
   IndexMatrix kneighbors_indices() const { return kneighbors().indices; }
   IndexMatrix kneighbors_indices(MatrixView<T> X, int n_neighbors = 0) const {
@@ -285,8 +292,13 @@ class NearestNeighbors {
                                 Eigen::Index sorted_feature = -1) const;
 
 
-  /// float64_distances of the queries' rows (null: the training samples) to `indices`.
+  /// float64_distances of the queries' rows (null: the training samples) to `indices`, or to ragged lists.
   Matrix<double> float64_distances_of(const MatrixView<T>* queries, Eigen::Ref<const IndexMatrix> indices) const;
+  std::vector<double> float64_distances_of(const MatrixView<T>* queries, const RadiusResult<T>& lists) const;
+  /// Their pairs: query i's are pairs[p] for p from offsets(i) to offsets(i + 1), where offsets(i) is i * k or,
+  /// with `list_offsets`, list_offsets[i]; the distances go to out[p]. On the device where it can form them.
+  void pair_distances(const MatrixView<T>* queries, Eigen::Index k, const std::int64_t* list_offsets,
+                      const std::int64_t* pairs, double* out) const;
 
   NeighborsParams params_;
   Backend backend_;

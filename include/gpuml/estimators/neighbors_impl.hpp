@@ -152,22 +152,60 @@ Matrix<double> NearestNeighbors<T, Policy>::float64_distances_self(Eigen::Ref<co
 }
 
 template <class T, class Policy>
+std::vector<double> NearestNeighbors<T, Policy>::float64_distances(MatrixView<T> X, const RadiusResult<T>& lists) const {
+  require_fitted();
+  checks::data(X, "X");
+  checks::same_features(X_.cols(), X.cols(), "X");
+  return float64_distances_of(&X, lists);
+}
+
+template <class T, class Policy>
+std::vector<double> NearestNeighbors<T, Policy>::float64_distances_self(const RadiusResult<T>& lists) const {
+  require_fitted();
+  return float64_distances_of(nullptr, lists);
+}
+
+template <class T, class Policy>
 Matrix<double> NearestNeighbors<T, Policy>::float64_distances_of(const MatrixView<T>* queries,
                                                                  Eigen::Ref<const IndexMatrix> indices) const {
+  const Eigen::Index m = queries ? queries->rows() : X_.rows(), k = indices.cols();
+  if (indices.rows() != m)
+    throw invalid_input("indices have " + std::to_string(indices.rows()) + " rows for " + std::to_string(m) + " queries");
+  Matrix<double> out(m, k);
+  // A contiguous copy where the caller's indices are strided (an Eigen::Ref of a block).
+  const IndexMatrix dense = indices.outerStride() == k ? IndexMatrix() : IndexMatrix(indices);
+  pair_distances(queries, k, nullptr, dense.size() ? dense.data() : indices.data(), out.data());
+  return out;
+}
+
+template <class T, class Policy>
+std::vector<double> NearestNeighbors<T, Policy>::float64_distances_of(const MatrixView<T>* queries,
+                                                                      const RadiusResult<T>& lists) const {
+  const auto m = std::size_t(queries ? queries->rows() : X_.rows());
+  const std::vector<std::int64_t>& offsets = lists.offsets;
+  bool ascending = offsets.size() == m + 1 && offsets.front() == 0 && std::uint64_t(offsets.back()) == lists.indices.size();
+  for (std::size_t i = 0; ascending && i < m; ++i) ascending = offsets[i] <= offsets[i + 1];
+  if (!ascending)
+    throw invalid_input("lists: " + std::to_string(m) + " queries need " + std::to_string(m + 1) +
+                        " ascending offsets from 0 to the number of indices");
+  std::vector<double> out(lists.indices.size());
+  pair_distances(queries, 0, offsets.data(), lists.indices.data(), out.data());
+  return out;
+}
+
+template <class T, class Policy>
+void NearestNeighbors<T, Policy>::pair_distances(const MatrixView<T>* queries, Eigen::Index k, const std::int64_t* list_offsets,
+                                                 const std::int64_t* pairs, double* out) const {
   if constexpr (!std::is_same_v<T, float>) {
     throw invalid_input("float64_distances: the database is float64; its searches return float64 distances");
   } else {
-    const Eigen::Index m = queries ? queries->rows() : X_.rows(), k = indices.cols();
-    if (indices.rows() != m)
-      throw invalid_input("indices have " + std::to_string(indices.rows()) + " rows for " + std::to_string(m) + " queries");
-    Matrix<double> out(m, k);
-    if (m == 0 || k == 0) return out;
+    const Eigen::Index m = queries ? queries->rows() : X_.rows();
+    const auto offsets = [k, list_offsets](std::int64_t i) { return list_offsets ? list_offsets[i] : i * k; };
+    const std::int64_t count = offsets(m);
+    if (m == 0 || count == 0) return;
     const MatrixView<float> q = queries ? *queries : MatrixView<float>(X_);
-    // A contiguous copy where the caller's indices are strided (an Eigen::Ref of a block).
-    const IndexMatrix dense = indices.outerStride() == k ? IndexMatrix() : IndexMatrix(indices);
-    const std::int64_t* pairs = dense.size() ? dense.data() : indices.data();
     std::atomic<std::int64_t> outside{-1};  // the first index out of range that a thread saw
-    parallel_chunks(m * k, 1 << 16, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+    parallel_chunks(count, 1 << 16, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
       for (std::int64_t p = begin; p < end; ++p)
         if (pairs[p] < 0 || pairs[p] >= X_.rows()) {
           std::int64_t none = -1;
@@ -180,20 +218,20 @@ Matrix<double> NearestNeighbors<T, Policy>::float64_distances_of(const MatrixVie
     const bool on_device = (metric_ == Metric::euclidean || metric_ == Metric::sqeuclidean) && device_X_ &&
                            shards_.size() <= 1 && kernels::knn_float64_squared_can_run(*device_X_);
     if (!on_device) {
-      host::float64_distances<double>(q, X_, pairs, [k](std::int64_t i) { return i * k; }, metric_, out.data());
-      return out;
+      host::float64_distances<double>(q, X_, pairs, offsets, metric_, out);
+      return;
     }
-    kernels::knn_float64_squared(*device_X_, queries, std::uint64_t(m), std::uint64_t(k), pairs, out.data());
+    if (k > 0) kernels::knn_float64_squared(*device_X_, queries, std::uint64_t(m), std::uint64_t(k), pairs, out);
+    else kernels::knn_float64_squared_lists(*device_X_, queries, std::uint64_t(m), list_offsets, pairs, out);
     const bool root = metric_ == Metric::euclidean;
     parallel_chunks(m, 256, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i)
-        for (Eigen::Index j = 0; j < k; ++j) {
-          double& v = out(i, j);
-          if (std::isnan(v)) v = host::float64_distance(q.row(i).data(), X_.row(pairs[i * k + j]).data(), X_.cols(), metric_);
+        for (std::int64_t p = offsets(i); p < offsets(i + 1); ++p) {
+          double& v = out[p];
+          if (std::isnan(v)) v = host::float64_distance(q.row(i).data(), X_.row(pairs[p]).data(), X_.cols(), metric_);
           else if (root) v = std::sqrt(v);
         }
     });
-    return out;
   }
 }
 

@@ -1138,59 +1138,81 @@ inline bool knn_float64_squared_can_run(const KnnDatabase<float>& db) noexcept {
   return db.device().info().float64 && db.blocks().size() == 1;
 }
 
-/// The float64 squared distances of host/float64_distances.hpp from each query to its k chosen database rows,
-/// formed on the device (knn_exact_keys.comp, FLOAT64_DISTANCES): out[i * k + j] for query i and the row
-/// indices[i * k + j] (each in [0, db.rows())); NaN where a pair has a subnormal value, which the host forms.
-/// `queries`: m rows of db.cols() features, or null for the database's own first m rows. Requires
-/// knn_float64_squared_can_run(db). Batches of at most 2^22 pairs, each one submission through the database's
-/// workspace (one search or batch at a time): the queries and the indices (as uint32) written into its staging,
-/// copied, the distances formed and copied back.
-inline void knn_float64_squared(const KnnDatabase<float>& db, const MatrixView<float>* queries, std::uint64_t m,
-                                std::uint64_t k, const std::int64_t* indices, double* out) {
+namespace knn_detail {
+
+/// knn_float64_squared for the pairs of query i at [offsets(i), offsets(i + 1)) of indices and out: every query's
+/// k pairs (k > 0: the indices go up alone) or ragged lists (k = 0: each pair goes up as (query row, index)).
+template <class Offsets>
+void float64_squared(const KnnDatabase<float>& db, const MatrixView<float>* queries, std::uint64_t m,
+                     const Offsets& offsets, std::uint64_t k, const std::int64_t* indices, double* out) {
   namespace shader = exact_keys_interface;
   if (!knn_float64_squared_can_run(db)) throw unsupported("float64 distances on " + db.device().info().name);
-  if (m == 0 || k == 0) return;
+  // Batches of whole queries, at most 2^22 pairs each where a query has fewer.
+  constexpr std::uint64_t kBatchPairs = std::uint64_t(1) << 22;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> batches;  // [first, last) queries
+  std::uint64_t most_rows = 0, most_pairs = 0;
+  for (std::uint64_t first = 0; first < m;) {
+    std::uint64_t last = first + 1;
+    while (last < m && std::uint64_t(offsets(last + 1) - offsets(first)) <= kBatchPairs) ++last;
+    batches.emplace_back(first, last);
+    most_rows = std::max(most_rows, last - first);
+    most_pairs = std::max(most_pairs, std::uint64_t(offsets(last) - offsets(first)));
+    first = last;
+  }
+  if (most_pairs == 0) return;
   vulkan::Device& device = db.device();
-  const bool cpu = device.info().type == vulkan::DeviceType::cpu;
-  const std::uint64_t d = db.cols(), batch = std::max<std::uint64_t>(1, (std::uint64_t(1) << 22) / k);
+  const bool cpu = device.info().type == vulkan::DeviceType::cpu, paired = k == 0;
+  const std::uint64_t d = db.cols(), per_pair = paired ? 2 : 1;  // uints per pair
   vulkan::KernelRef kernel = device.kernel(shaders::knn_exact_keys_kernel::spec<float>(spec_constants(
       shader::kSpecCount, {{shader::kSpecLoopGuard, cpu ? 1u : 0u}, {shader::kSpecFloat64Distances, 1u}})));
   KnnWorkspace<float>& ws = db.workspace();
   std::lock_guard lock(ws.mutex);
   using W = KnnWorkspace<float>;
-  const std::uint64_t mb = std::min(m, batch), query_bytes = queries ? mb * d * sizeof(float) : 0;
+  const std::uint64_t query_bytes = queries ? most_rows * d * sizeof(float) : 0;
   const std::uint64_t index_offset = (query_bytes + 255) / 256 * 256;  // the indices' place in the staging
   W::fit(device, ws.queries, std::max<std::uint64_t>(query_bytes, 16));
-  W::fit(device, ws.out_i, mb * k * sizeof(std::uint32_t));
-  W::fit(device, ws.pair_squared, mb * k * sizeof(double));
+  W::fit(device, ws.out_i, most_pairs * per_pair * sizeof(std::uint32_t));
+  W::fit(device, ws.pair_squared, most_pairs * sizeof(double));
   W::fit(device, ws.status, 16, vulkan::MemoryUse::readback);
   const bool staged = ws.staged();  // the device's buffers are not mapped
   if (staged) {
-    W::fit(device, ws.upload, index_offset + mb * k * sizeof(std::uint32_t), vulkan::MemoryUse::upload);
-    W::fit(device, ws.readback, mb * k * sizeof(double), vulkan::MemoryUse::readback);
+    W::fit(device, ws.upload, index_offset + most_pairs * per_pair * sizeof(std::uint32_t), vulkan::MemoryUse::upload);
+    W::fit(device, ws.readback, most_pairs * sizeof(double), vulkan::MemoryUse::readback);
   }
   vulkan::Commands cmds(device);
-  for (std::uint64_t first = 0; first < m; first += mb) {
-    const std::uint64_t n = std::min(mb, m - first), pairs = n * k;
+  for (const auto& [first, last] : batches) {
+    const std::uint64_t n = last - first, p0 = std::uint64_t(offsets(first)), pairs = std::uint64_t(offsets(last)) - p0;
+    if (pairs == 0) continue;
     char* up = staged ? static_cast<char*>(ws.upload.mapped()) : nullptr;
     if (queries)
-      vulkan::pack_rows<float>(*queries, Eigen::Index(first), Eigen::Index(first + n),
+      vulkan::pack_rows<float>(*queries, Eigen::Index(first), Eigen::Index(last),
                                reinterpret_cast<float*>(staged ? up : static_cast<char*>(ws.queries.mapped())));
-    auto* rows = reinterpret_cast<std::uint32_t*>(staged ? up + index_offset : static_cast<char*>(ws.out_i.mapped()));
-    const std::int64_t* from = indices + first * k;
-    parallel_chunks(std::int64_t(pairs), 1 << 16, [&](std::int64_t, std::int64_t b, std::int64_t e) {
-      for (std::int64_t p = b; p < e; ++p) rows[p] = static_cast<std::uint32_t>(from[p]);
+    auto* to = reinterpret_cast<std::uint32_t*>(staged ? up + index_offset : static_cast<char*>(ws.out_i.mapped()));
+    // A pair's query row: in the uploaded batch, or the database's own row.
+    const std::uint64_t row_base = queries ? first : 0;
+    parallel_chunks(std::int64_t(n), std::max<std::int64_t>(1, std::int64_t(n * (1 << 16) / pairs)),
+                    [&](std::int64_t, std::int64_t b, std::int64_t e) {
+      for (std::uint64_t i = first + std::uint64_t(b); i < first + std::uint64_t(e); ++i)
+        for (auto q = std::uint64_t(offsets(i)); q < std::uint64_t(offsets(i + 1)); ++q) {
+          if (paired) {
+            to[2 * (q - p0)] = static_cast<std::uint32_t>(i - row_base);
+            to[2 * (q - p0) + 1] = static_cast<std::uint32_t>(indices[q]);
+          } else {
+            to[q - p0] = static_cast<std::uint32_t>(indices[q]);
+          }
+        }
     });
     cmds.reset();
     if (cpu) cmds.fill(ws.status, 0, 16, 0u);
     if (staged) {
       if (queries) cmds.copy(ws.upload, 0, ws.queries, 0, n * d * sizeof(float));
-      cmds.copy(ws.upload, index_offset, ws.out_i, 0, pairs * sizeof(std::uint32_t));
+      cmds.copy(ws.upload, index_offset, ws.out_i, 0, pairs * per_pair * sizeof(std::uint32_t));
     }
     cmds.barrier();
     // Queries from the database itself: its rows from `first` on.
-    const shader::Push push{.m = std::uint32_t(n), .k = std::uint32_t(k), .d = std::uint32_t(d), .base = 0,
-                            .first_query = queries ? 0u : std::uint32_t(first)};
+    const shader::Push push{.m = std::uint32_t(paired ? pairs : n), .k = std::uint32_t(paired ? 1 : k),
+                            .d = std::uint32_t(d), .base = 0, .first_query = queries || paired ? 0u : std::uint32_t(first),
+                            .paired = paired ? 1u : 0u};
     const LinearGrid grid = linear_grid(device.info(), ceil_div(pairs, shader::kThreads), "float64 distances");
     cmds.dispatch(kernel,
                   {{shader::kBindingQueries, queries ? ws.queries : db.blocks()[0].x}, {shader::kBindingRows, db.blocks()[0].x},
@@ -1206,8 +1228,31 @@ inline void knn_float64_squared(const KnnDatabase<float>& db, const MatrixView<f
       throw unsupported(device.info().name + " cut the float64 distances short (llvmpipe's limit of 65535 loop "
                         "iterations per invocation) for d=" + std::to_string(d));
     const void* result = staged ? ws.readback.mapped() : ws.pair_squared.mapped();
-    vulkan::transfer_detail::copy_bytes(out + first * k, result, pairs * sizeof(double));
+    vulkan::transfer_detail::copy_bytes(out + p0, result, pairs * sizeof(double));
   }
+}
+
+}  // namespace knn_detail
+
+/// The float64 squared distances of host/float64_distances.hpp from each query to its k chosen database rows,
+/// formed on the device (knn_exact_keys.comp, FLOAT64_DISTANCES): out[i * k + j] for query i and the row
+/// indices[i * k + j] (each in [0, db.rows())); NaN where a pair has a subnormal value, which the host forms.
+/// `queries`: m rows of db.cols() features, or null for the database's own first m rows. Requires
+/// knn_float64_squared_can_run(db). Batches of whole queries and at most 2^22 pairs (where a query has fewer), each
+/// one submission through the database's workspace (one search or batch at a time): the queries and the indices
+/// (as uint32) written into its staging, copied, the distances formed and copied back.
+inline void knn_float64_squared(const KnnDatabase<float>& db, const MatrixView<float>* queries, std::uint64_t m,
+                                std::uint64_t k, const std::int64_t* indices, double* out) {
+  if (k == 0) return;
+  knn_detail::float64_squared(db, queries, m, [k](std::uint64_t i) { return i * k; }, k, indices, out);
+}
+
+/// knn_float64_squared for ragged lists (radius searches): the pairs of query i are indices[offsets[i]] up to
+/// indices[offsets[i + 1]] (offsets: m + 1 ascending entries from 0), out likewise.
+inline void knn_float64_squared_lists(const KnnDatabase<float>& db, const MatrixView<float>* queries, std::uint64_t m,
+                                      const std::int64_t* offsets, const std::int64_t* indices, double* out) {
+  knn_detail::float64_squared(db, queries, m, [offsets](std::uint64_t i) { return std::uint64_t(offsets[i]); }, 0,
+                              indices, out);
 }
 
 }  // namespace gpuml::kernels

@@ -19,9 +19,9 @@ GPUML_CONSTANT(kSpecCount, 2)
 GPUML_CONSTANT(kThreads, 64)  // pairs per workgroup
 
 // m queries, k pairs per query (pair e: query row first_query + e / k), d features, base: the block's first
-// database index.
-GPUML_PUSH_CONSTANTS(Push) { uint m; uint k; uint d; uint base; uint first_query; } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 5)
+// database index. paired = 1: kBindingIndices holds (query row, database index) per pair, m pairs, k = 1.
+GPUML_PUSH_CONSTANTS(Push) { uint m; uint k; uint d; uint base; uint first_query; uint paired; } GPUML_PUSH_INSTANCE(p);
+GPUML_CHECK_PUSH(Push, 6)
 GPUML_SHADER_INTERFACE_END
 
 #endif
