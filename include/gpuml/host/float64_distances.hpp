@@ -7,10 +7,8 @@
 //     its square root);
 //   manhattan: the same with |x_f - q_f|; chebyshev: the largest |x_f - q_f|;
 //   cosine: 1 - <q, x> / (|q| |x|) with the same sums of products (1 where a norm is zero).
-// kernels::knn_float64_distances forms the euclidean sums bit for bit as these loops do. The loops use raw
-// pointers (no Eigen accessors), explicit vectors and forced inlining: their speed does not hang on what the compiler
-// inlines or vectorises by itself (little, where a build optimises for size). Builds that fuse multiplies into adds
-// by default (GCC on AArch64) must pass -ffp-contract=off for the values to be these.
+// kernels::knn_float64_squared forms the (squared) euclidean sums bit for bit as these loops do. Builds that fuse
+// multiplies into adds by default (GCC on AArch64) must pass -ffp-contract=off for the values to be these.
 #pragma once
 
 #include <gpuml/core/error.hpp>
@@ -101,7 +99,7 @@ GPUML_FLOAT64_INLINE void prefetch_row(const float* row, Index d) {
 /// the products q * x in `s` and x * x in `t`.
 template <Metric metric>
 GPUML_FLOAT64_INLINE void lane_sums(const double* q, const float* x, Index body, double (&s)[kLanes],
-                                   double (&t)[kLanes]) {
+                                    double (&t)[kLanes]) {
 #if GPUML_HOST_VECTORS
   Double2 a[4] = {}, b[4] = {};  // b: cosine only
   for (Index f = 0; f < body; f += kLanes) {
@@ -180,7 +178,7 @@ GPUML_FLOAT64_INLINE double exact_distance(const double* q, const float* x, Inde
 /// queries' rows are d wide, as the database's).
 template <Metric metric, class Out, class Offsets>
 void distances_of(Rows queries, Index n_queries, Rows database, Index d, const std::int64_t* indices,
-                        const Offsets& offsets, Out* out) {
+                  const Offsets& offsets, Out* out) {
   const Index body = d - d % kLanes;
   parallel_chunks(n_queries, 64, [&](std::int64_t, std::int64_t begin, std::int64_t end) {
     std::vector<double> wide(static_cast<std::size_t>(d));
