@@ -46,6 +46,7 @@ layout(constant_id = kSpecAccShared) const uint ACC_SHARED = 1;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(constant_id = kSpecStage) const uint STAGE = kStageFull;
 layout(constant_id = kSpecSumRounds) const uint ROUNDS = 1;     // rounds of THREADS samples per batch of sums; divides SPT
+layout(constant_id = kSpecSplitCenters) const uint SPLIT = 0;   // 1: split_search (one sample per thread, SPT = 1)
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NKS = (K + KS - 1) / KS;
@@ -61,6 +62,11 @@ const uint MAX_PRESENT = K < BATCH ? K : BATCH;  // clusters with members in one
 const uint OWNERS = K <= THREADS ? (DW <= 32u ? 1u : 0u) : 0u;
 const uint CROWDED = 256u / DW > 1u ? 256u / DW : 1u;
 const uint DS4 = (DS + 3) / 4;  // a shared center row in 4-vectors: one broadcast load feeds 4 * SPT FMAs
+// split_search's geometry: CG center groups x SG sample groups of threads, each thread a register tile of RS samples
+// (kSplitSamples) x KT centers of a center tile of KS = CG * KT (the plan sets KS so, and SPT = 1: TILE = THREADS).
+const uint RS = kSplitSamples;
+const uint CG = SPLIT != 0u ? RS : 1u;
+const uint SG = THREADS / CG;
 
 layout(std430, binding = kBindingX) readonly buffer XBuf { scalar X[]; };
 layout(std430, binding = kBindingWeights) readonly buffer WBuf { scalar W[]; };
@@ -102,8 +108,22 @@ shared uint appended_at;
 // footprint: with more of its workgroups beside each other, its gathers of listed rows of many features were slower.
 const uint SEARCHES = STAGE == kStageFull ? 1u : (STAGE == kStageSearch ? 1u : 0u);
 const uint ADDS = STAGE == kStageCheck ? 0u : 1u;
-shared scalar4 Cs[KS * DS4 * SEARCHES + 1];
-shared scalar Cn[KS * SEARCHES + 1];
+const uint RESIDENT_TILES = SPLIT != 0u ? 0u : SEARCHES;
+const uint SPLIT_TILES = SPLIT != 0u ? SEARCHES : 0u;
+shared scalar4 Cs[KS * DS4 * RESIDENT_TILES + 1];
+shared scalar Cn[KS * RESIDENT_TILES + 1];
+// split_search: one feature tile of the sample tile and of the center tile, feature-major in 4-vectors (a thread
+// reads its samples' and its centers' values of one feature in RS / 4 and KT / 4 loads), each feature's row one
+// 4-vector longer than its values (the tiles are written a row per feature at once: without the pad, every value
+// written by a warp would fall in one bank); then each thread's best and second-best values and best centers for
+// the owners to merge; the tile's chunk rows.
+const uint SPLIT_X_ROW = TILE / 4u + 1u, SPLIT_C_ROW = KS / 4u + 1u;
+shared scalar4 split_x[DS * SPLIT_X_ROW * SPLIT_TILES + 1];
+shared scalar4 split_c[DS * SPLIT_C_ROW * SPLIT_TILES + 1];
+shared scalar split_best[TILE * CG * SPLIT_TILES + 1];
+shared scalar split_second[TILE * CG * SPLIT_TILES + 1];
+shared uint split_index[TILE * CG * SPLIT_TILES + 1];
+shared uint split_rows[TILE * SPLIT_TILES + 1];
 // The partial sums of one batch of ROUNDS rounds: a bit per sample in its cluster's mask, then the batch's positions
 // sorted by cluster (index order within each), every cluster's range of them, and the clusters with members.
 shared uint masks[K * BW * ADDS + 1];
@@ -221,6 +241,79 @@ void load_rows() {
     }
 }
 
+// The search of one sample tile where the centers are not resident (SPLIT): threads split the tile as a matrix
+// product does, thread (sg, cg) holding the values of RS samples x KT centers of each center tile in registers while
+// the feature tiles of both pass through shared memory. Every value is still one FMA chain in feature order, then the
+// norm, bit for bit as the other path forms it; each thread keeps the best (lowest index among equal values) and
+// second-best values of its centers in index order, and the owner of each sample merges the CG threads' results by
+// (value, index), which is the lowest index among equal values over all centers, as a walk in index order finds it.
+void split_search(inout scalar best, inout scalar second, inout uint best_c) {
+  const uint t = gl_LocalInvocationID.x, cg = t % CG, sg = t / CG;
+  split_rows[t] = rows[0];
+  scalar sbest[RS], ssecond[RS];
+  uint sindex[RS];
+  for (uint r = 0; r < RS; ++r) {
+    sbest[r] = scalar_inf();
+    ssecond[r] = scalar_inf();
+    sindex[r] = 0u;
+  }
+  for (uint cs = 0; cs < NKS; ++cs) {
+    precise scalar acc[RS * KT];
+    for (uint e = 0; e < RS * KT; ++e) acc[e] = scalar(0);
+    for (uint fs = 0; fs < NDS; ++fs) {
+      barrier();  // the last feature tile's reads are done (and split_rows written)
+      for (uint e = t; e < TILE * DS; e += THREADS) {
+        const uint q = e / DS, f = e % DS, j = fs * DS + f, i = split_rows[q];
+        split_x[f * SPLIT_X_ROW + q / 4][q % 4] = (i < p.rows && j < D) ? X[(i - p.x_row0) * D + j] : scalar(0);
+      }
+      for (uint e = t; e < KS * DS; e += THREADS) {
+        const uint c = e / DS, f = e % DS, j = fs * DS + f, center = cs * KS + c;
+        split_c[f * SPLIT_C_ROW + c / 4][c % 4] = (center < K && j < D) ? C[center * D + j] : scalar(0);
+      }
+      barrier();
+      for (uint f = 0; f < DS; ++f) {
+        scalar4 xv[RS / 4], cv[(KT + 3) / 4];  // KT is a multiple of 4 here, but not in every specialisation
+        for (uint h = 0; h < RS / 4; ++h) xv[h] = split_x[f * SPLIT_X_ROW + h * SG + sg];
+        for (uint h = 0; h < KT / 4; ++h) cv[h] = split_c[f * SPLIT_C_ROW + h * CG + cg];
+        for (uint r = 0; r < RS; ++r)
+          for (uint kk = 0; kk < KT; ++kk) acc[r * KT + kk] = fma(xv[r / 4][r % 4], cv[kk / 4][kk % 4], acc[r * KT + kk]);
+      }
+    }
+    // Thread (sg, cg)'s centers in index order: positions cg * 4 + h * 4 CG + q of the tile, h = kk / 4, q = kk % 4.
+    for (uint kk = 0; kk < KT; ++kk) {
+      const uint c = cs * KS + (kk / 4u) * 4u * CG + cg * 4u + kk % 4u;
+      const scalar cn = c < K ? cnorm[c] : scalar_inf();  // padding centers never win
+      for (uint r = 0; r < RS; ++r) {
+        precise scalar dist = cn - scalar(2) * acc[r * KT + kk];
+        ssecond[r] = min(ssecond[r], max(sbest[r], dist));
+        if (dist < sbest[r]) {
+          sbest[r] = dist;
+          sindex[r] = c;
+        }
+      }
+    }
+  }
+  // Sample position h * 4 SG + sg * 4 + q holds r = 4 h + q.
+  for (uint r = 0; r < RS; ++r) {
+    const uint q = (r / 4u) * 4u * SG + sg * 4u + r % 4u;
+    split_best[q * CG + cg] = sbest[r];
+    split_second[q * CG + cg] = ssecond[r];
+    split_index[q * CG + cg] = sindex[r];
+  }
+  barrier();
+  // Merged in (value, index) order; the second-best of two (best, second) pairs is min(max(best's), seconds).
+  for (uint g = 0; g < CG; ++g) {
+    const scalar v = split_best[t * CG + g];
+    const uint c = split_index[t * CG + g];
+    second = min(second, min(max(best, v), split_second[t * CG + g]));
+    if (v < best || (v == best && c < best_c)) {
+      best = v;
+      best_c = c;
+    }
+  }
+  barrier();  // the merge's reads are done before the next tile writes split_rows and the arrays
+}
+
 // kStageCheck: one thread per sample. Bounds that settle the label are moved on and kept; the others' samples are
 // listed for kStageSearch (the list's order varies, each sample's result does not). kBoundsSet lists every sample
 // without reading its label or bounds, which hold nothing yet.
@@ -280,7 +373,7 @@ void main() {
   const uint t = gl_LocalInvocationID.x;
   const uint g = p.group_base + linear_group_id();
   const uint region = (p.partial_base + g) * (K * DW);
-  const bool resident = NKS == 1 && NDS == 1;
+  const bool resident = SPLIT == 0u && NKS == 1 && NDS == 1;
   if (STAGE == kStageCheck) {
     check_bounds(g);
     return;
@@ -331,6 +424,9 @@ void main() {
       for (uint s = 0; s < SPT; ++s)
         if (rows[s] < p.rows) best_c[s] = labels[rows[s]];
     } else {
+      if (SPLIT != 0u) {
+        split_search(best[0], second[0], best_c[0]);
+      } else {
       load_rows();
     for (uint cs = 0; cs < NKS; ++cs) {
       for (uint kt = 0; kt < KT_PER_KS; ++kt) {
@@ -381,6 +477,7 @@ void main() {
         }
       }
     }
+      }
       for (uint s = 0; s < SPT; ++s) {
         const uint i = rows[s];
         if (i >= p.rows) continue;

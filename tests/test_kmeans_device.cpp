@@ -184,6 +184,46 @@ TYPED_TEST(KMeansDeviceTest, LargeKAndD) {
   }
 }
 
+// Rows of several feature tiles are searched by threads that split each center tile (kmeans_lloyd.comp's
+// split_search, each sample's result merged from several threads); rows of one feature tile by threads that walk
+// every center. Both form each value as one FMA chain in feature order, so a tile whose feature tile holds all the
+// features fits the same labels, centers, inertia and iterations, bit for bit, with the plain and the bounded
+// E-step. Duplicated starting centers tie exactly: the lowest index must win on both paths.
+TYPED_TEST(KMeansDeviceTest, SplitCenterTilesAreTheWalkBitForBit) {
+  using T = TypeParam;
+  using Split = gpuml::KMeansTile<64, 1, 4, 8, 128>;  // 45 features: six feature tiles, center tiles of 32
+  using Walk = gpuml::KMeansTile<128, 1, 2, 64, 128>;  // one feature tile: every thread walks the centers
+  const Eigen::Index n = 1237, d = 45, k = 150;
+  Matrix<T> X = random_matrix<T>(n, d, 4501, -3.0, 5.0);
+  X.row(7) = X.row(3);  // starting centers 3 and 7 are one point
+  X.row(101) = X.row(3);
+  for (const auto& dev : devices()) {
+    for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {
+      KMeansParams p;
+      p.n_clusters = static_cast<int>(k);
+      p.init_centers = X.topRows(k).template cast<double>();
+      p.max_iter = 12;
+      p.e_step = e_step;
+      gpuml::KMeans<T, Split> split(p, dev.backend);
+      gpuml::KMeans<T, Walk> walk(p, dev.backend);
+      std::vector<std::string> on_host;  // a tile the device cannot run would leave the fit to the host
+      const auto previous = gpuml::set_warning_handler([&](const std::string& m) {
+        if (m.find("runs on the host") != std::string::npos) on_host.push_back(m);
+      });
+      split.fit(X);
+      walk.fit(X);
+      gpuml::set_warning_handler(previous);
+      EXPECT_TRUE(on_host.empty()) << on_host.front();
+      EXPECT_TRUE(split.labels() == walk.labels()) << dev.name;
+      EXPECT_TRUE(split.cluster_centers() == walk.cluster_centers()) << dev.name;
+      EXPECT_EQ(split.inertia(), walk.inertia()) << dev.name;
+      EXPECT_EQ(split.n_iter(), walk.n_iter()) << dev.name;
+      EXPECT_TRUE(split.predict(X) == walk.predict(X)) << dev.name;
+      expect_nearest<T>(X, split.cluster_centers(), split.labels(), gap<T>());
+    }
+  }
+}
+
 // Shapes whose invocations run past llvmpipe's loop limit (65535 iterations in all per invocation) on CPU devices:
 // a very large d, and large k and d with constant columns through the narrow-register CPU tile. The device
 // must never return what a cut-short kernel computed: the answer is the host's (GPUs run these normally).

@@ -312,11 +312,13 @@ TEST(KMeansPolicy, StoredWinnersThatCannotRunAreNotUsed) {
   ASSERT_TRUE(store.save(tuning::TuningStore::default_path()));
   tuning::reload_store();
   EXPECT_EQ(Resolve::params<float>(cpu, 256, 64), cpu_winner);
-  // There the catalogue itself gives way to the CPU tile with the fewest loops (a feature tile of 32).
+  // There the catalogue itself gives way to the CPU tile with the fewest center x feature tiles: 8 centers per
+  // thread, whose split search takes 64 centers by 16 features per tile (4 centers per thread split 32 centers by
+  // 32 features, but its arrays do not fit 48 KiB beside the sums' masks: the walk, 4 centers per tile).
   const KMeansTileParams wide = Resolve::params<float>(cpu, 1024, 1024);
   EXPECT_EQ(wide, gpuml::kmeans_catalogue_tile<float>(cpu, 1024, 1024));
   EXPECT_NE(wide, gpuml::kmeans_catalogue_tile(cpu));
-  EXPECT_EQ(wide.feature_tile, 32u);
+  EXPECT_EQ(wide, (gpuml::KMeansTile<128, 1, 8, 16, 128>::tile));
   EXPECT_EQ(gpuml::kmeans_catalogue_tile<float>(cpu, 127, 14), gpuml::kmeans_catalogue_tile(cpu));
 }
 

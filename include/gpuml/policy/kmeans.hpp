@@ -110,6 +110,7 @@ struct LloydPlan {
   std::uint32_t sum_rounds = 1;  // rounds of `threads` samples that the partial sums sort by cluster at once
   std::uint32_t loop_guard = 0;  // CPU devices: the shader reports llvmpipe's loop limit (shaders/common.glsl)
   std::uint32_t bounds = 0;      // 1: the bounded E-step
+  std::uint32_t split = 0;       // 1: the threads split each center tile (kmeans_lloyd.comp's split_search)
   std::uint64_t shared_bytes = 0;
   /// The specialisation of one dispatch: kStageFull, or a stage of a bounded step.
   std::vector<std::uint32_t> constants(std::uint32_t stage = lloyd_interface::kStageFull) const {
@@ -119,17 +120,19 @@ struct LloydPlan {
                            {shader::kSpecCentersPerThread, kt}, {shader::kSpecCenterTile, ks},
                            {shader::kSpecFeatureTile, ds}, {shader::kSpecClusters, k}, {shader::kSpecFeatures, d},
                            {shader::kSpecAccShared, acc_shared}, {shader::kSpecLoopGuard, loop_guard},
-                           {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds}});
+                           {shader::kSpecStage, stage}, {shader::kSpecSumRounds, sum_rounds},
+                           {shader::kSpecSplitCenters, split}});
   }
   std::uint32_t tile() const { return threads * spt; }
 };
 
 /// Plans kmeans_lloyd for k centers of d features with `tile` on `info` into `pl`; returns why the tile cannot run
 /// the problem there (empty: it can, and `pl` holds the plan). `bounded`: plan the bounded E-step where the device
-/// can run it (subgroup ballots and sums); the plan's `bounds` says whether it does.
+/// can run it (subgroup ballots and sums); the plan's `bounds` says whether it does. `split_allowed` false: the walk
+/// over the centers even where the rows span several feature tiles (where the split search's arrays do not fit).
 template <class T>
 std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& tile, std::uint32_t k, std::uint32_t d,
-                       bool bounded, LloydPlan& pl) {
+                       bool bounded, LloydPlan& pl, bool split_allowed = true) {
   pl = LloydPlan{};
   pl.threads = tile.threads;
   pl.spt = tile.samples_per_thread;
@@ -139,12 +142,23 @@ std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& t
   pl.ds = std::min<std::uint32_t>(d, tile.feature_tile);
   pl.kt = std::min<std::uint32_t>(k, tile.centers_per_thread);
   const std::uint32_t nds = (d + pl.ds - 1) / pl.ds;
+  // Where the rows span several feature tiles, the threads split each center tile as a matrix product does
+  // (split_search): one sample per thread, each thread a register tile of kSplitSamples samples x kt centers, so
+  // center tiles of kSplitSamples * kt centers. Otherwise every thread would walk every center with its rows read
+  // again for each register tile. Rows of one feature tile stay in registers: there walking the centers is faster.
+  const std::uint32_t all_centers = (k + pl.kt - 1) / pl.kt * pl.kt;
+  const bool one_tile = nds == 1 && all_centers <= tile.center_tile;
+  if (split_allowed && nds > 1 && pl.kt % 4 == 0 && pl.threads % lloyd_interface::kSplitSamples == 0) {
+    pl.split = 1;
+    pl.spt = 1;
+  }
   const std::uint64_t s = sizeof(T), words = pl.threads / 32;
   // The bounded E-step lists uncertain samples with subgroup ballots and searches with subgroup minima.
-  if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot)) return plan_lloyd<T>(info, tile, k, d, false, pl);
+  if (bounded && !(info.subgroup_arithmetic && info.subgroup_ballot))
+    return plan_lloyd<T>(info, tile, k, d, false, pl, split_allowed);
   // Its check gathers listed rows in shared memory (kmeans_lloyd.comp): where they do not fit, the plain E-step.
   if (bounded && 8 * std::uint64_t(lloyd_interface::kCheckAppendRounds) * pl.threads + 16 > info.max_shared_memory)
-    return plan_lloyd<T>(info, tile, k, d, false, pl);
+    return plan_lloyd<T>(info, tile, k, d, false, pl, split_allowed);
   // Batches of the partial sums (kmeans_lloyd.comp). Where one owner per cluster may walk them (k <= threads,
   // d < 32), one round: owners gain nothing from longer walks. Otherwise the (cluster, feature) walks get as many
   // rounds of the tile as keep the cluster masks within kSumMaskBytes: more members per walk for the same barriers.
@@ -164,21 +178,28 @@ std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& t
     return 6 * widest + 52 + 12 * 4 * widest;
   };
   auto bytes = [&](std::uint32_t ks, bool acc) {
-    // center tile and norms; a batch's cluster masks, sorted positions, per-cluster ranges and the list of
-    // clusters with members; the sums; flags and counters
+    // center tile and norms (split: the sample and center feature tiles, the merge's values and indices, the
+    // tile's rows); a batch's cluster masks, sorted positions, per-cluster ranges and the list of clusters with
+    // members; the sums; flags and counters
     const std::uint64_t batch = std::uint64_t(pl.threads) * pl.sum_rounds;
-    return s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks) + 4 * std::uint64_t(k) * (batch / 32 + 1) +
+    const std::uint64_t tile_bytes =
+        pl.split ? s * pl.ds * (std::uint64_t(pl.threads) + ks + 8) +
+                       std::uint64_t(pl.threads) * lloyd_interface::kSplitSamples * (2 * s + 4) + 4 * pl.threads
+                 : s * (std::uint64_t(ks) * ((pl.ds + 3) / 4 * 4) + ks);
+    return tile_bytes + 4 * std::uint64_t(k) * (batch / 32 + 1) +
            4 * (batch + std::min<std::uint64_t>(k, batch)) + exact * (acc ? std::uint64_t(k) * (d + 1) : 0) +
            shared_extra_bytes(s);
   };
   // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global
   // memory and the shared tile shrinks to one register tile.
-  const std::uint32_t all = (k + pl.kt - 1) / pl.kt * pl.kt;
-  const bool resident = nds == 1 && all <= tile.center_tile && bytes(all, false) <= info.max_shared_memory;
-  pl.ks = resident ? all : pl.kt;
+  const bool resident = one_tile && bytes(all_centers, false) <= info.max_shared_memory;
+  pl.ks = pl.split ? lloyd_interface::kSplitSamples * pl.kt : resident ? all_centers : pl.kt;
   pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
   pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
   pl.bounds = bounded ? 1 : 0;
+  // The split search's tiles and merge where they do not fit beside the rest: the walk, which needs less.
+  if (pl.split && !workgroup_misfit(info, pl.threads, 1, pl.shared_bytes).empty())
+    return plan_lloyd<T>(info, tile, k, d, bounded, pl, false);
   if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
     return why + " for k=" + std::to_string(k) + ", d=" + std::to_string(d) + " (a tile with fewer threads may fit)";
   return {};
@@ -199,7 +220,13 @@ inline std::uint64_t kmeans_tile_loops(const kernels::LloydPlan& plan) {
 inline std::uint64_t kmeans_invocation_loops(const kernels::LloydPlan& plan) {
   const std::uint64_t k = plan.k, d = plan.d;
   auto up = [](std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; };
-  const std::uint64_t e_step = up(k, plan.ks) * up(d, plan.ds) * (plan.ds + plan.kt);
+  // split_search: per center x feature tile, its share of the two tiles' loads and the feature loop; per center
+  // tile, its centers' values; the merge.
+  const std::uint64_t split_loads = plan.ds + up(std::uint64_t(plan.ks) * plan.ds, plan.threads);
+  const std::uint64_t e_step =
+      plan.split ? up(k, plan.ks) * (up(d, plan.ds) * (split_loads + plan.ds) + plan.kt) +
+                       2 * kernels::lloyd_interface::kSplitSamples
+                 : up(k, plan.ks) * up(d, plan.ds) * (plan.ds + plan.kt);
   const std::uint64_t threads = plan.threads, batch = threads * plan.sum_rounds;
   const std::uint64_t per_batch = up(std::uint64_t(k) * up(batch, 32), threads) + up(k, threads) +
                                   up(std::uint64_t(k) * d, threads) + up(d, threads) * batch;
