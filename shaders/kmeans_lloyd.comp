@@ -241,12 +241,43 @@ void load_rows() {
     }
 }
 
-// The search of one sample tile where the centers are not resident (SPLIT): threads split the tile as a matrix
-// product does, thread (sg, cg) holding the values of RS samples x KT centers of each center tile in registers while
-// the feature tiles of both pass through shared memory. Every value is still one FMA chain in feature order, then the
-// norm, bit for bit as the other path forms it; each thread keeps the best (lowest index among equal values) and
-// second-best values of its centers in index order, and the owner of each sample merges the CG threads' results by
-// (value, index), which is the lowest index among equal values over all centers, as a walk in index order finds it.
+// A thread's share of one step's feature tiles (center tile step / NDS, feature tile step % NDS), fetched from
+// global memory into registers while the last step's tiles are still being read from shared memory.
+const uint SPLIT_C_PER_THREAD = (KS * DS + THREADS - 1u) / THREADS;  // and DS of the sample tile (TILE = THREADS)
+scalar split_px[DS];
+scalar split_pc[SPLIT_C_PER_THREAD];
+
+void split_fetch(uint step) {
+  const uint t = gl_LocalInvocationID.x, cs = step / NDS, fs = step % NDS;
+  for (uint m = 0; m < DS; ++m) {
+    const uint e = t + m * THREADS, q = e / DS, f = e % DS, j = fs * DS + f, i = split_rows[q];
+    split_px[m] = (i < p.rows && j < D) ? X[(i - p.x_row0) * D + j] : scalar(0);
+  }
+  for (uint m = 0; m < SPLIT_C_PER_THREAD; ++m) {
+    const uint e = t + m * THREADS, c = e / DS, f = e % DS, j = fs * DS + f, center = cs * KS + c;
+    split_pc[m] = (e < KS * DS && center < K && j < D) ? C[center * D + j] : scalar(0);
+  }
+}
+
+void split_store() {
+  const uint t = gl_LocalInvocationID.x;
+  for (uint m = 0; m < DS; ++m) {
+    const uint e = t + m * THREADS, q = e / DS, f = e % DS;
+    split_x[f * SPLIT_X_ROW + q / 4][q % 4] = split_px[m];
+  }
+  for (uint m = 0; m < SPLIT_C_PER_THREAD; ++m) {
+    const uint e = t + m * THREADS, c = e / DS, f = e % DS;
+    if (e < KS * DS) split_c[f * SPLIT_C_ROW + c / 4][c % 4] = split_pc[m];
+  }
+}
+
+// The search of one sample tile where the rows span several feature tiles (SPLIT): threads split the tile as a
+// matrix product does, thread (sg, cg) holding the values of RS samples x KT centers of each center tile in
+// registers while the feature tiles of both pass through shared memory. Every value is still one FMA chain in
+// feature order, then the norm, bit for bit as the other path forms it; each thread keeps the best (lowest index
+// among equal values) and second-best values of its centers in index order, and the owner of each sample merges the
+// CG threads' results by (value, index), which is the lowest index among equal values over all centers, as a walk in
+// index order finds it.
 void split_search(inout scalar best, inout scalar second, inout uint best_c) {
   const uint t = gl_LocalInvocationID.x, cg = t % CG, sg = t / CG;
   split_rows[t] = rows[0];
@@ -257,28 +288,26 @@ void split_search(inout scalar best, inout scalar second, inout uint best_c) {
     ssecond[r] = scalar_inf();
     sindex[r] = 0u;
   }
-  for (uint cs = 0; cs < NKS; ++cs) {
-    precise scalar acc[RS * KT];
-    for (uint e = 0; e < RS * KT; ++e) acc[e] = scalar(0);
-    for (uint fs = 0; fs < NDS; ++fs) {
-      barrier();  // the last feature tile's reads are done (and split_rows written)
-      for (uint e = t; e < TILE * DS; e += THREADS) {
-        const uint q = e / DS, f = e % DS, j = fs * DS + f, i = split_rows[q];
-        split_x[f * SPLIT_X_ROW + q / 4][q % 4] = (i < p.rows && j < D) ? X[(i - p.x_row0) * D + j] : scalar(0);
-      }
-      for (uint e = t; e < KS * DS; e += THREADS) {
-        const uint c = e / DS, f = e % DS, j = fs * DS + f, center = cs * KS + c;
-        split_c[f * SPLIT_C_ROW + c / 4][c % 4] = (center < K && j < D) ? C[center * D + j] : scalar(0);
-      }
-      barrier();
-      for (uint f = 0; f < DS; ++f) {
-        scalar4 xv[RS / 4], cv[(KT + 3) / 4];  // KT is a multiple of 4 here, but not in every specialisation
-        for (uint h = 0; h < RS / 4; ++h) xv[h] = split_x[f * SPLIT_X_ROW + h * SG + sg];
-        for (uint h = 0; h < KT / 4; ++h) cv[h] = split_c[f * SPLIT_C_ROW + h * CG + cg];
-        for (uint r = 0; r < RS; ++r)
-          for (uint kk = 0; kk < KT; ++kk) acc[r * KT + kk] = fma(xv[r / 4][r % 4], cv[kk / 4][kk % 4], acc[r * KT + kk]);
-      }
+  precise scalar acc[RS * KT];
+  const uint steps = NKS * NDS;
+  barrier();  // split_rows written
+  split_fetch(0u);
+  for (uint step = 0; step < steps; ++step) {
+    const uint cs = step / NDS, fs = step % NDS;
+    if (fs == 0u)
+      for (uint e = 0; e < RS * KT; ++e) acc[e] = scalar(0);
+    split_store();
+    barrier();
+    if (step + 1u < steps) split_fetch(step + 1u);
+    for (uint f = 0; f < DS; ++f) {
+      scalar4 xv[RS / 4], cv[(KT + 3) / 4];  // KT is a multiple of 4 here, but not in every specialisation
+      for (uint h = 0; h < RS / 4; ++h) xv[h] = split_x[f * SPLIT_X_ROW + h * SG + sg];
+      for (uint h = 0; h < KT / 4; ++h) cv[h] = split_c[f * SPLIT_C_ROW + h * CG + cg];
+      for (uint r = 0; r < RS; ++r)
+        for (uint kk = 0; kk < KT; ++kk) acc[r * KT + kk] = fma(xv[r / 4][r % 4], cv[kk / 4][kk % 4], acc[r * KT + kk]);
     }
+    barrier();  // the tiles' reads are done before the next step stores
+    if (fs + 1u < NDS) continue;
     // Thread (sg, cg)'s centers in index order: positions cg * 4 + h * 4 CG + q of the tile, h = kk / 4, q = kk % 4.
     for (uint kk = 0; kk < KT; ++kk) {
       const uint c = cs * KS + (kk / 4u) * 4u * CG + cg * 4u + kk % 4u;
