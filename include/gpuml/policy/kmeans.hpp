@@ -220,11 +220,11 @@ inline std::uint64_t kmeans_tile_loops(const kernels::LloydPlan& plan) {
 inline std::uint64_t kmeans_invocation_loops(const kernels::LloydPlan& plan) {
   const std::uint64_t k = plan.k, d = plan.d;
   auto up = [](std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; };
-  // split_search: per center x feature tile, its share of the two tiles' loads and the feature loop; per center
-  // tile, its centers' values; the merge.
+  // split_search: per center x feature tile, its share of the two tiles fetched and then stored, and the feature
+  // loop; per center tile, its centers' values; the merge.
   const std::uint64_t split_loads = plan.ds + up(std::uint64_t(plan.ks) * plan.ds, plan.threads);
   const std::uint64_t e_step =
-      plan.split ? up(k, plan.ks) * (up(d, plan.ds) * (split_loads + plan.ds) + plan.kt) +
+      plan.split ? up(k, plan.ks) * (up(d, plan.ds) * (2 * split_loads + plan.ds) + plan.kt) +
                        2 * kernels::lloyd_interface::kSplitSamples
                  : up(k, plan.ks) * up(d, plan.ds) * (plan.ds + plan.kt);
   const std::uint64_t threads = plan.threads, batch = threads * plan.sum_rounds;
