@@ -10,7 +10,8 @@
 //   exact: each term in the fit's fixed point (exact_sum.glsl), so any cut of the rows gives the same sums.
 // Persistent workgroups: group g takes sample tiles g, g + groups, ... in order. Distances come from register
 // tiles (SPT samples x KT centers per thread); the centers sit in shared memory when they all fit (KS x DS),
-// else they are read from global memory, the same address for every thread.
+// else they are read from global memory, the same address for every thread. Rows of several feature tiles are
+// searched by split_search instead (SPLIT: the threads split each center tile; one sample per thread).
 // Each workgroup adds its samples to its own sums in index order (an order that no longer matters, the sums being
 // integers, but that keeps every walk simple), a batch of ROUNDS rounds of THREADS samples at a time, every sample setting one bit in its cluster's mask.
 // Where each cluster has few members in the batch, the thread owning a cluster walks its bits, reading each

@@ -195,7 +195,7 @@ TYPED_TEST(KMeansDeviceTest, SplitCenterTilesAreTheWalkBitForBit) {
   using Walk = gpuml::KMeansTile<128, 1, 2, 64, 128>;  // one feature tile: every thread walks the centers
   const Eigen::Index n = 1237, d = 45, k = 150;
   Matrix<T> X = random_matrix<T>(n, d, 4501, -3.0, 5.0);
-  X.row(7) = X.row(3);  // starting centers 3 and 7 are one point
+  X.row(7) = X.row(3);  // starting centers 3, 7 and 101 are one point
   X.row(101) = X.row(3);
   for (const auto& dev : devices()) {
     for (const auto e_step : {gpuml::KMeansEStep::plain, gpuml::KMeansEStep::bounded}) {

@@ -190,8 +190,8 @@ std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& t
            4 * (batch + std::min<std::uint64_t>(k, batch)) + exact * (acc ? std::uint64_t(k) * (d + 1) : 0) +
            shared_extra_bytes(s);
   };
-  // All centers resident in shared memory when they fit one tile; otherwise the kernel reads them from global
-  // memory and the shared tile shrinks to one register tile.
+  // All centers resident in shared memory when they fit one tile; otherwise the split search's center tile, or (the
+  // walk) the kernel reads them from global memory and the shared tile shrinks to one register tile.
   const bool resident = one_tile && bytes(all_centers, false) <= info.max_shared_memory;
   pl.ks = pl.split ? lloyd_interface::kSplitSamples * pl.kt : resident ? all_centers : pl.kt;
   pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;

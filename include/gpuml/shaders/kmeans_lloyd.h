@@ -29,7 +29,7 @@ GPUML_CONSTANT(kSpecAccShared, 7)   // 1: partial sums in shared memory; 0: in t
 GPUML_CONSTANT(kSpecLoopGuard, 8)   // 1 on CPU devices: report llvmpipe's loop limit (common.glsl)
 GPUML_CONSTANT(kSpecStage, 9)       // kStageFull (the plain E-step), or a dispatch of the bounded one (below)
 GPUML_CONSTANT(kSpecSumRounds, 10)  // rounds of samples per batch of the partial sums (divides the samples per thread)
-GPUML_CONSTANT(kSpecSplitCenters, 11)  // 1: the threads split each center tile (centers not resident; one sample per thread)
+GPUML_CONSTANT(kSpecSplitCenters, 11)  // 1: the threads split each center tile (rows of several feature tiles; one sample per thread)
 GPUML_CONSTANT(kSpecCount, 12)
 
 // With kSpecSplitCenters, each thread's register tile: kSplitSamples samples of the tile x the centers per thread.
