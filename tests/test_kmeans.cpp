@@ -982,8 +982,9 @@ TEST(KMeansExactSums, RoundingAndExponentsHoldAtTheEdges) {
 
 // The fit's column passes read rows in lanes (algorithms::column_lanes: runs of several contiguous rows, or row by
 // row for strided or wide X). Against a plain row-by-row reference: the exact sums identical (integers), the extremes
-// and smallest magnitudes identical, the double sums within rounding; for narrow contiguous rows (lanes), a strided
-// view (row by row) and rows wider than the lanes allow, with a row count that leaves a partial run in a chunk.
+// and smallest magnitudes identical; for narrow contiguous rows (lanes), a strided view (row by row) and rows wider
+// than the lanes allow, with a row count that leaves a partial run in a chunk. The range pass reports a value that is
+// not finite (NaN, or an infinity) wherever it is, and finite values as finite.
 TYPED_TEST(KMeansTest, ColumnPassesInLanesMatchARowByRowReference) {
   using T = TypeParam;
   namespace alg = gpuml::algorithms;
@@ -1006,11 +1007,18 @@ TYPED_TEST(KMeansTest, ColumnPassesInLanesMatchARowByRowReference) {
         sums[f] += v;
       }
     alg::ColumnRange range;
-    const Eigen::RowVectorXd got = alg::column_sums(X, &range, /*smallest=*/true);
+    EXPECT_TRUE(alg::column_range(X, range, /*smallest=*/true));
     EXPECT_EQ(range.lowest, lo);
     EXPECT_EQ(range.highest, hi);
     EXPECT_EQ(range.smallest, small);
-    for (Eigen::Index f = 0; f < d; ++f) EXPECT_NEAR(got[f], sums[f], 1e-9 * (std::abs(sums[f]) + X.rows()));
+    for (const T bad : {std::numeric_limits<T>::quiet_NaN(), -std::numeric_limits<T>::infinity()}) {
+      for (const Eigen::Index at : {Eigen::Index(0), X.rows() - 1, X.rows() / 3}) {
+        Matrix<T> with_bad = full;
+        with_bad(at, d - 1 - at % d) = bad;
+        alg::ColumnRange ignored;
+        EXPECT_FALSE(alg::column_range(gpuml::MatrixView<T>(with_bad.leftCols(d)), ignored, true)) << "row " << at;
+      }
+    }
 
     const Eigen::RowVectorXd mean = sums / static_cast<double>(X.rows());
     for (const Eigen::RowVectorXd* center : {static_cast<const Eigen::RowVectorXd*>(nullptr), &mean}) {

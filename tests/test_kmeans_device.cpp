@@ -582,7 +582,7 @@ TEST(KMeansDevice, RowsAreCentredOnTheDeviceOnlyWithoutSubnormals) {
   using gpuml::algorithms::subnormal_free;
   auto range_of = [](const Matrix<float>& X) {
     gpuml::algorithms::ColumnRange range;
-    gpuml::algorithms::column_sums(X, &range, /*smallest=*/true);
+    EXPECT_TRUE(gpuml::algorithms::column_range(X, range, /*smallest=*/true));
     return range;
   };
   const Eigen::RowVector2f mean(0.5f, -0.25f);
@@ -600,9 +600,9 @@ TEST(KMeansDevice, RowsAreCentredOnTheDeviceOnlyWithoutSubnormals) {
   EXPECT_FALSE(subnormal_free<float>(range_of(X), Eigen::RowVector2f(0.5f, 1e-35f)));  // a tiny mean
   const Matrix<double> Xd = random_matrix<double>(33, 2, 921, -2.0, 2.0);
   gpuml::algorithms::ColumnRange rd;
-  gpuml::algorithms::column_sums(Xd, &rd, /*smallest=*/true);
+  gpuml::algorithms::column_range(Xd, rd, /*smallest=*/true);
   EXPECT_TRUE(subnormal_free<double>(rd, Eigen::RowVector2d(0.1, 0.2)));
-  gpuml::algorithms::column_sums(Xd, &rd);  // not asked for: unknown, so the host centres
+  gpuml::algorithms::column_range(Xd, rd);  // not asked for: unknown, so the host centres
   EXPECT_FALSE(subnormal_free<double>(rd, Eigen::RowVector2d(0.1, 0.2)));
   EXPECT_FALSE(subnormal_free<double>(rd, Eigen::RowVector2d(0.1, 1e-300)));
 }

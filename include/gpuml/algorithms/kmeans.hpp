@@ -110,7 +110,7 @@ inline constexpr std::int64_t kRowChunk = 1 << 15;
 /// Each column's smallest and largest value (over every rank's rows, in a distributed fit).
 struct ColumnRange {
   Eigen::RowVectorXd lowest, highest;
-  /// The smallest nonzero magnitude of each column (infinity: only zeros, or no rows), where column_sums was asked
+  /// The smallest nonzero magnitude of each column (infinity: only zeros, or no rows), where column_range was asked
   /// for it; else 0 (unknown, as if subnormal).
   Eigen::RowVectorXd smallest;
 };
@@ -153,76 +153,70 @@ void for_each_lane_run(const M& X, std::int64_t begin, std::int64_t end, Run&& r
   for (; i < end; ++i) run(X.data() + i * X.outerStride(), d);
 }
 
-/// Per-column sums in double of X: by chunks of rows on the host threads, and within a chunk by
-/// lanes (column_lanes), the chunks added in order (the result does not depend on the thread count; a fit uses these
-/// sums only to find a non-finite value, its mean comes from exact_column_sums). A distributed fit adds each rank's
-/// sums. With `range`, the same pass finds each column's extremes (of X; empty where X has no rows) and, with
-/// `smallest`, each column's smallest nonzero magnitude (subnormal_free).
+/// Each column's extremes (of X; +inf and -inf where X has no rows) and, with `smallest`, each column's smallest
+/// nonzero magnitude (subnormal_free; else 0, unknown), into `range`, by chunks of rows on the host threads and within
+/// a chunk by lanes (column_lanes), in T: minima and maxima are exact in any order, so neither cut changes them.
+/// Returns false where X may hold a value that is not finite (a lane's sum in T is not finite: it also is where
+/// finite values overflow, so the caller looks for the value before saying so). A distributed fit takes every rank's
+/// extremes and ands the flags.
 template <class M>
-Eigen::RowVectorXd column_sums(const M& X, ColumnRange* range = nullptr, bool smallest = false) {
+bool column_range(const M& X, ColumnRange& range, bool smallest = false) {
+  using T = std::remove_cv_t<typename M::Scalar>;
   const std::int64_t n = X.rows(), d = X.cols(), chunks = (n + kRowChunk - 1) / kRowChunk, lanes = column_lanes(X);
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  // Per chunk: d sums, then (with a range) d lowest, d highest values and d smallest nonzero magnitudes.
-  const std::int64_t width = range ? 4 * d : d;
-  std::vector<double> part(static_cast<std::size_t>(chunks * width));
-  auto pass = [&](auto with_range, auto with_smallest) {
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  // Per chunk: d lowest, d highest values, d smallest nonzero magnitudes and whether its sums were finite.
+  std::vector<T> part(static_cast<std::size_t>(chunks * 3 * d));
+  std::vector<char> finite(static_cast<std::size_t>(chunks));
+  auto pass = [&](auto with_smallest) {
     parallel_chunks(n, kRowChunk, [&](std::int64_t c, std::int64_t begin, std::int64_t end) {
-      std::vector<double> acc(static_cast<std::size_t>(4 * lanes));
-      double *s = acc.data(), *lo = s + lanes, *hi = lo + lanes, *small = hi + lanes;
+      std::vector<T> acc(static_cast<std::size_t>(4 * lanes));
+      T *s = acc.data(), *lo = s + lanes, *hi = lo + lanes, *small = hi + lanes;
       std::fill(lo, lo + lanes, inf);
       std::fill(hi, hi + lanes, -inf);
-      std::fill(small, small + lanes, with_smallest ? inf : 0.0);
-      for_each_lane_run(X, begin, end, [&](const auto* v, std::int64_t count) {
+      std::fill(small, small + lanes, with_smallest ? inf : T(0));
+      for_each_lane_run(X, begin, end, [&](const T* v, std::int64_t count) {
         for (std::int64_t j = 0; j < count; ++j) {
-          const double x = static_cast<double>(v[j]);
+          const T x = v[j];
           s[j] += x;
-          if constexpr (decltype(with_range)::value) {
-            lo[j] = x < lo[j] ? x : lo[j];
-            hi[j] = x > hi[j] ? x : hi[j];
-            if constexpr (decltype(with_smallest)::value) {
-              const double a = std::abs(x), m = a == 0 ? inf : a;
-              small[j] = m < small[j] ? m : small[j];
-            }
+          lo[j] = x < lo[j] ? x : lo[j];
+          hi[j] = x > hi[j] ? x : hi[j];
+          if constexpr (decltype(with_smallest)::value) {
+            const T a = std::abs(x), m = a == 0 ? inf : a;
+            small[j] = m < small[j] ? m : small[j];
           }
         }
       });
-      double* out = part.data() + c * width;
-      std::fill(out, out + d, 0.0);
-      for (std::int64_t j = 0; j < lanes; ++j) out[j % d] += s[j];
-      if (range) {
-        double *olo = out + d, *ohi = out + 2 * d, *osmall = out + 3 * d;
-        std::fill(olo, olo + d, inf);
-        std::fill(ohi, ohi + d, -inf);
-        std::fill(osmall, osmall + d, with_smallest ? inf : 0.0);
-        for (std::int64_t j = 0; j < lanes; ++j) {
-          olo[j % d] = std::min(olo[j % d], lo[j]);
-          ohi[j % d] = std::max(ohi[j % d], hi[j]);
-          osmall[j % d] = std::min(osmall[j % d], small[j]);
-        }
+      T* out = part.data() + c * 3 * d;
+      T *olo = out, *ohi = out + d, *osmall = out + 2 * d;
+      std::fill(olo, olo + d, inf);
+      std::fill(ohi, ohi + d, -inf);
+      std::fill(osmall, osmall + d, with_smallest ? inf : T(0));
+      bool ok = true;
+      for (std::int64_t j = 0; j < lanes; ++j) {
+        ok = ok && std::isfinite(s[j]);
+        olo[j % d] = std::min(olo[j % d], lo[j]);
+        ohi[j % d] = std::max(ohi[j % d], hi[j]);
+        osmall[j % d] = std::min(osmall[j % d], small[j]);
       }
+      finite[static_cast<std::size_t>(c)] = ok;
     });
   };
-  using yes = std::true_type;
-  using no = std::false_type;
-  if (range && smallest) pass(yes{}, yes{});
-  else if (range) pass(yes{}, no{});
-  else pass(no{}, no{});
-  Eigen::RowVectorXd total = Eigen::RowVectorXd::Zero(d);
-  ColumnRange found{Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf),
-                    Eigen::RowVectorXd::Constant(d, smallest ? inf : 0.0)};
+  if (smallest) pass(std::true_type{});
+  else pass(std::false_type{});
+  constexpr double dinf = std::numeric_limits<double>::infinity();
+  range = {Eigen::RowVectorXd::Constant(d, dinf), Eigen::RowVectorXd::Constant(d, -dinf),
+           Eigen::RowVectorXd::Constant(d, smallest ? dinf : 0.0)};
+  bool all_finite = true;
   for (std::int64_t c = 0; c < chunks; ++c) {
-    const double* s = part.data() + c * width;
+    const T* p = part.data() + c * 3 * d;
+    all_finite = all_finite && finite[static_cast<std::size_t>(c)];
     for (std::int64_t f = 0; f < d; ++f) {
-      total[f] += s[f];
-      if (range) {
-        found.lowest[f] = std::min(found.lowest[f], s[d + f]);
-        found.highest[f] = std::max(found.highest[f], s[2 * d + f]);
-        found.smallest[f] = std::min(found.smallest[f], s[3 * d + f]);
-      }
+      range.lowest[f] = std::min(range.lowest[f], static_cast<double>(p[f]));
+      range.highest[f] = std::max(range.highest[f], static_cast<double>(p[d + f]));
+      range.smallest[f] = std::min(range.smallest[f], static_cast<double>(p[2 * d + f]));
     }
   }
-  if (range) *range = std::move(found);
-  return total;
+  return all_finite;
 }
 
 /// y rounded to an integer, ties to even (as std::nearbyint in the default rounding mode), in plain double arithmetic

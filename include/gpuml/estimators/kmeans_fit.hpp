@@ -178,12 +178,11 @@ struct KMeansInputs {
       : unit_weights(sample_weight ? Eigen::Index(0) : X.rows()),
         w(sample_weight ? *sample_weight : VectorView<T>(unit_weights)) {
     const Eigen::Index n_local = X.rows(), d = X.cols();
-    // The column sums give the finite check and, in the same pass, each column's range: a sum of finite floats in
-    // double is finite, so only a non-finite sum needs the search for the first bad value (a double X may pass it).
+    // One pass gives each column's range and the finite check: only where it found a sum that is not finite does the
+    // search for the first bad value run (finite values may overflow a sum: the search then finds none).
     algorithms::ColumnRange range;
     // Each column's smallest magnitude only where the rows may be centred on a device (subnormal_free below).
-    const Eigen::RowVectorXd column_sums = rows.column_sums(X, &range, config().may_centre_on_device());
-    if (!column_sums.allFinite()) rows.guarded([&] { checks::finite(X, "X"); });
+    if (!rows.column_range(X, range, config().may_centre_on_device())) rows.guarded([&] { checks::finite(X, "X"); });
     const std::int64_t n = rows.total_rows(n_local);
     const int k = p.n_clusters;
     if (n < k)
@@ -253,8 +252,8 @@ class LocalRows {
   void guarded(Work&& work) const {
     work();
   }
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
-    return algorithms::column_sums(X, range, smallest);
+  bool column_range(MatrixView<T> X, algorithms::ColumnRange& range, bool smallest) const {
+    return algorithms::column_range(X, range, smallest);
   }
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
                                        const Eigen::RowVectorXi& exponents) const {

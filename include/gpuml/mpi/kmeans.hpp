@@ -468,19 +468,15 @@ class RankRows {
   }
   /// `smallest` may differ between ranks (each rank's configuration): a rank that did not look offers 0, so the
   /// minimum says "unknown" on every rank.
-  Eigen::RowVectorXd column_sums(MatrixView<T> X, algorithms::ColumnRange* range = nullptr, bool smallest = false) const {
-    const Eigen::RowVectorXd local = algorithms::column_sums(X, range, smallest);
-    std::vector<double> v(local.data(), local.data() + local.size());
-    comm_.sum(v);
-    if (range) {  // extremes over every rank (a rank without rows offers +inf and -inf)
-      MPI_Allreduce(MPI_IN_PLACE, range->lowest.data(), static_cast<int>(range->lowest.size()), MPI_DOUBLE, MPI_MIN,
-                    comm_.get());
-      MPI_Allreduce(MPI_IN_PLACE, range->highest.data(), static_cast<int>(range->highest.size()), MPI_DOUBLE, MPI_MAX,
-                    comm_.get());
-      MPI_Allreduce(MPI_IN_PLACE, range->smallest.data(), static_cast<int>(range->smallest.size()), MPI_DOUBLE, MPI_MIN,
-                    comm_.get());
-    }
-    return Eigen::Map<const Eigen::RowVectorXd>(v.data(), local.size());
+  /// False on every rank where any rank's pass found a sum that is not finite (each rank then searches its rows).
+  bool column_range(MatrixView<T> X, algorithms::ColumnRange& range, bool smallest) const {
+    int finite = algorithms::column_range(X, range, smallest) ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &finite, 1, MPI_INT, MPI_LAND, comm_.get());
+    // Extremes over every rank (a rank without rows offers +inf and -inf).
+    MPI_Allreduce(MPI_IN_PLACE, range.lowest.data(), static_cast<int>(range.lowest.size()), MPI_DOUBLE, MPI_MIN, comm_.get());
+    MPI_Allreduce(MPI_IN_PLACE, range.highest.data(), static_cast<int>(range.highest.size()), MPI_DOUBLE, MPI_MAX, comm_.get());
+    MPI_Allreduce(MPI_IN_PLACE, range.smallest.data(), static_cast<int>(range.smallest.size()), MPI_DOUBLE, MPI_MIN, comm_.get());
+    return finite != 0;
   }
   /// Exact: every rank's integers added, so the sums are one process's on any number of ranks.
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
