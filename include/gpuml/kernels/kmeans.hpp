@@ -176,6 +176,26 @@ class LloydEngine {
     });
   }
 
+  /// The engine's per-sample device memory (labels, bounds, search lists: 24 bytes a sample for float, gigabytes
+  /// at 10^8 samples) and its partial sums are freed off the caller's thread (Device::release_later), as the
+  /// samples' are: a fit returns without waiting for the driver to free them. Its commands are waited for first.
+  ~LloydEngine() {
+    commands_.reset();
+    stream_compute_.clear();
+    stream_copies_.clear();
+    struct Held {
+      std::vector<Chunk> chunks;
+      vulkan::Buffer partials, inertia_parts;
+    };
+    try {
+      dev_.release_later(std::make_shared<Held>(Held{std::move(chunks_), std::move(partials_), std::move(inertia_parts_)}));
+    } catch (...) {
+      // No memory for the handle: the members go here and now.
+    }
+  }
+  LloydEngine(const LloydEngine&) = delete;
+  LloydEngine& operator=(const LloydEngine&) = delete;
+
   const LloydPlan& plan() const { return plan_; }
   /// Whether this engine's E-steps are the bounded ones.
   bool bounded_e_step() const { return plan_.bounds != 0; }
