@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 namespace {
 
@@ -998,6 +999,36 @@ TEST(KMeansDevice, ReleasesHandedOffEndBeforeTheNextAllocation) {
     const auto next = device.buffer(64);
     EXPECT_TRUE(released.load()) << "the allocation did not wait for the release";
     EXPECT_NE(on, std::this_thread::get_id()) << "released on the caller's thread";
+  }
+}
+
+// release_later_all (how the Lloyd and k-means++ engines give up their buffers): every object moved in is destroyed
+// once, off the caller's thread, before the next allocation; the moved-from ones left with the caller own nothing.
+TEST(KMeansDevice, ObjectsHandedOffTogetherEndBeforeTheNextAllocation) {
+  struct Recorder {
+    std::atomic<int>* count;
+    std::thread::id* on;
+    Recorder(std::atomic<int>* c, std::thread::id* t) : count(c), on(t) {}
+    Recorder(Recorder&& o) noexcept : count(std::exchange(o.count, nullptr)), on(o.on) {}
+    ~Recorder() {
+      if (!count) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      *on = std::this_thread::get_id();
+      ++*count;
+    }
+  };
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    std::atomic<int> count{0};
+    std::thread::id first, second;
+    device.release_later_all(Recorder(&count, &first), std::vector<Recorder>{});
+    std::vector<Recorder> many;
+    many.emplace_back(&count, &second);
+    device.release_later_all(std::move(many));
+    const auto next = device.buffer(64);
+    EXPECT_EQ(count.load(), 2) << "the allocation did not wait for every release, or one ran twice";
+    EXPECT_NE(first, std::this_thread::get_id()) << "released on the caller's thread";
+    EXPECT_NE(second, std::this_thread::get_id()) << "released on the caller's thread";
   }
 }
 

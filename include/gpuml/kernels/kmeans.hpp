@@ -183,15 +183,7 @@ class LloydEngine {
     commands_.reset();
     stream_compute_.clear();
     stream_copies_.clear();
-    struct Held {
-      std::vector<Chunk> chunks;
-      vulkan::Buffer partials, inertia_parts;
-    };
-    try {
-      dev_.release_later(std::make_shared<Held>(Held{std::move(chunks_), std::move(partials_), std::move(inertia_parts_)}));
-    } catch (...) {
-      // No memory for the handle: the members go here and now.
-    }
+    dev_.release_later_all(std::move(chunks_), std::move(partials_), std::move(inertia_parts_));
   }
   LloydEngine(const LloydEngine&) = delete;
   LloydEngine& operator=(const LloydEngine&) = delete;

@@ -187,6 +187,15 @@ class PlusPlusEngine {
     return masses_.at(b);
   }
 
+  /// The per-sample distances (`closest`) and the partial sums are freed off the caller's thread
+  /// (Device::release_later_all), as the Lloyd engine's are, once the engine's commands are done.
+  ~PlusPlusEngine() {
+    commands_.reset();
+    dev_.release_later_all(std::move(chunks_), std::move(partials_));
+  }
+  PlusPlusEngine(const PlusPlusEngine&) = delete;
+  PlusPlusEngine& operator=(const PlusPlusEngine&) = delete;
+
  private:
   struct Chunk {
     std::uint64_t first = 0, rows = 0;

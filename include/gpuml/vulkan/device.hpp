@@ -13,6 +13,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -238,6 +240,19 @@ class Device {
     } catch (...) {
       // No thread: `owned` is released on return.
     }
+  }
+  /// release_later for several objects moved in together (an engine's buffers): destroyed together on one thread.
+  /// Where the handle cannot be allocated they stay with the caller, who destroys them as before.
+  template <class... Owned>
+  void release_later_all(Owned&&... owned) const noexcept {
+    static_assert((!std::is_lvalue_reference_v<Owned> && ...), "release_later_all takes what is moved in");
+    std::shared_ptr<void> held;
+    try {
+      held = std::make_shared<std::tuple<std::decay_t<Owned>...>>(std::forward<Owned>(owned)...);
+    } catch (...) {
+      return;
+    }
+    release_later(std::move(held));
   }
   /// Waits until everything handed to release_later (by any device) is destroyed.
   static void wait_for_releases() {
