@@ -197,12 +197,11 @@ std::string plan_lloyd(const vulkan::DeviceInfo& info, const KMeansTileParams& t
   pl.acc_shared = bytes(pl.ks, true) <= info.max_shared_memory ? 1 : 0;
   pl.shared_bytes = bytes(pl.ks, pl.acc_shared);
   pl.bounds = bounded ? 1 : 0;
+  const std::string why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes);
+  if (why.empty()) return {};
   // The split search's tiles and merge where they do not fit beside the rest: the walk, which needs less.
-  if (pl.split && !workgroup_misfit(info, pl.threads, 1, pl.shared_bytes).empty())
-    return plan_lloyd<T>(info, tile, k, d, bounded, pl, false);
-  if (auto why = workgroup_misfit(info, pl.threads, 1, pl.shared_bytes); !why.empty())
-    return why + " for k=" + std::to_string(k) + ", d=" + std::to_string(d) + " (a tile with fewer threads may fit)";
-  return {};
+  if (pl.split) return plan_lloyd<T>(info, tile, k, d, bounded, pl, false);
+  return why + " for k=" + std::to_string(k) + ", d=" + std::to_string(d) + " (a tile with fewer threads may fit)";
 }
 
 }  // namespace kernels
