@@ -177,7 +177,7 @@ class LloydEngine {
   }
 
   /// The engine's per-sample device memory (labels, bounds, search lists: 24 bytes a sample for float, gigabytes
-  /// at 10^8 samples) and its partial sums are freed off the caller's thread (Device::release_later), as the
+  /// at 10^8 samples) and its partial sums are freed off the caller's thread (Device::release_later_all), as the
   /// samples' are: a fit returns without waiting for the driver to free them. Its commands are waited for first.
   ~LloydEngine() {
     commands_.reset();
