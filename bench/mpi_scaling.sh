@@ -61,7 +61,7 @@ same = key(a) == key(one) and key(b) == key(one)
 print("| %s | %.3f | %.2fx | %.3f s (%.2f) | %.3f | %.2fx | %.3f s | %s / %s%s |" % (
     sys.argv[3], a["ms_per_iter"], one["ms_per_iter"] / a["ms_per_iter"], a["fit_seconds"],
     a["fit_seconds"] / one["fit_seconds"], b["ms_per_iter"], one["ms_per_iter"] / b["ms_per_iter"], b["fit_seconds"],
-    a["labels_fnv"], a["centers_fnv"], "" if same else " **differs from 1 GPU**"))
+    a["labels_fnv"], a["centers_fnv"], "" if same else " **differs from the first count's fit**"))
 sys.exit(0 if same else 1)
 PY
   done

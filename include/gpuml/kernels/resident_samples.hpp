@@ -120,14 +120,10 @@ class ResidentSamples {
     bool holds(const vulkan::Device& on, std::uint64_t rows, std::uint64_t per_chunk) const {
       return device == &on && n == rows && chunk_rows == per_chunk;
     }
-    /// The chunks' device memory is freed off the caller's thread (Device::release_later).
+    /// The chunks' device memory is freed off the caller's thread (Device::release_later_all; where it cannot
+    /// take them, they go with this).
     void release_later() noexcept {
-      if (!device || chunks.empty()) return;
-      try {
-        device->release_later(std::make_shared<std::vector<ResidentChunk>>(std::move(chunks)));
-      } catch (...) {
-        // No memory for the hand-off: the chunks go with this.
-      }
+      if (device && !chunks.empty()) device->release_later_all(std::move(chunks));
     }
   };
 
