@@ -20,10 +20,14 @@
 // knn_gather.comp (EXACT) forms their values exactly as knn_select.comp does before it sorts them, so the lists
 // pick the same pairs.
 //
-// The test goes through a per-subgroup scratch in shared memory, a 16 x 64 strip at a time (the products' element
-// layout is the driver's): each lane tests 32 values of one row without a branch, and only the rare candidates
-// take the atomic append. (Reading the matrices' elements in place, with the rows' terms and numbers loaded as
-// matrices of the same layout, measured about 10 times slower on the H200.)
+// The test runs on the products in place. Its terms are separable (a query's plus a row's), so each is brought to
+// the products' scale once (times fold = 1 / m2w, a power of two: exact) and loaded as a matrix of the products'
+// layout whose columns (or rows) all read the same 16 values (stride 0); each lane adds them to its elements (one
+// at a time: spirv-opt 2023.1 crashes on additions of matrices), and a pair is a candidate unless
+// product + (query term + row term) < 0: the same decision as m2w product + (query term + row term) > 0 before
+// the scaling, so the same candidates. Which pair an element holds is the driver's layout: a matrix of element
+// numbers loaded once at the start tells each lane the (row, column) of each of its elements. Only candidates take
+// the atomic append; no products go through shared memory.
 //
 // Grid: x = query tile (BM queries), y = split (split_rows rows from y * split_stride, as knn_select.comp).
 // Workgroup: 4 subgroups of 32 invocations (the host pins 32), 2 x 2 blocks of 64 x 64.
@@ -53,30 +57,34 @@ shared uint xs[2 * BN * SK];  // the step's database rows
 
 // Thread t's share of a step's operands: uvec4 v = t + 128 h of the queries' (row v / 2, half v % 2 of the step)
 // and of the rows'. Rows are padded (queries to the tile, the block by a tile), so no load is out of range.
-void fetch(uint row0, uint col0, uint k0, out uvec4 q[2], out uvec4 x[2]) {
+void fetch(uint row0, uint col0, uint k0, bool queries, inout uvec4 q[2], out uvec4 x[2]) {
   [[unroll]] for (uint h = 0; h < 2; ++h) {
     const uint v = gl_LocalInvocationID.x + 128 * h, r = v / 2, part = 4 * (v % 2);
-    q[h] = qh4[((row0 + r) * p.pairs + k0 + part) / 4];
+    if (queries) q[h] = qh4[((row0 + r) * p.pairs + k0 + part) / 4];
     x[h] = xh4[((col0 + r) * p.pairs + k0 + part) / 4];
   }
 }
-void stage(uint buf, uvec4 q[2], uvec4 x[2]) {
+void stage(uint buf, bool queries, uvec4 q[2], uvec4 x[2]) {
   [[unroll]] for (uint h = 0; h < 2; ++h) {
     const uint v = gl_LocalInvocationID.x + 128 * h, at = (v / 2) * SK + 4 * (v % 2);
     [[unroll]] for (uint c = 0; c < 4; ++c) {
-      qs[buf * BM * SK + at + c] = q[h][c];
+      if (queries) qs[buf * BM * SK + at + c] = q[h][c];
       xs[buf * BN * SK + at + c] = x[h][c];
     }
   }
 }
 
-shared float q_rest[BM];  // per query: half_row_term(|q|^2) - its bound (+inf past the batch)
-const uint SROW = WN + 4, SCRATCH = 16 * SROW;
-shared float scratch[4 * SCRATCH];  // per subgroup: a 16 x 64 strip of its block
-shared float x_rest[4 * WN];  // per subgroup: its columns' half_row_term
+// Per query: (half_row_term(|q|^2) - its bound) x fold (-inf past the batch); per subgroup: its columns'
+// half_row_term x fold.
+shared float q_fold[BM];
+shared float x_fold[4 * WN];
+// Lane l's element e of a 16 x 16 float32 matrix is at row coord[l * kElements + e] / 16, column ... % 16.
+const uint kElements = 8;  // 256 elements over 32 invocations
+shared float numbers[256];
+shared uint coord[32 * kElements];
 
 void main() {
-  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, sy = sg / 2, sx = sg % 2;
+  const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, sy = sg / 2, sx = sg % 2, lane = gl_SubgroupInvocationID;
   const uint row0 = gl_WorkGroupID.x * BM;
   const uint c_begin = gl_WorkGroupID.y * p.split_stride;
   const uint c_end = min(p.nb, c_begin + p.split_rows);
@@ -88,15 +96,34 @@ void main() {
       t += abs(t) * (1.0 / 1048576.0);  // as knn_select.comp widens it
       rest = half_row_term(qn[q], p.qscale, p.d) - t;
     }
-    q_rest[r] = rest;
+    q_fold[r] = rest * p.fold;
   }
+  for (uint e = tid; e < 256; e += 128) numbers[e] = float(e);
   barrier();
+  {
+    F32_16X16 numbered;
+    coopMatLoadNV(numbered, numbers, 0, 16, false);
+    if (numbered.length() != kElements) {
+      // A layout this kernel does not read: every list of the tile overflows, so the search takes the heaps.
+      for (uint r = tid; r < BM; r += 128)
+        if (row0 + r < p.m) atomicAdd(listed[row0 + r], p.cap + 1);
+      return;
+    }
+    if (sg == 0)
+      [[unroll]] for (uint e = 0; e < kElements; ++e) coord[lane * kElements + e] = uint(numbered[e]);
+  }
 
   // Tiles start on a multiple of 16 rows (aligned loads); rows before c_begin are skipped as candidates.
   uint col0 = c_begin & ~15u;
+  // With one step per tile (d <= 16) the queries' operands are the same in every step: staged in both buffers
+  // once, then only the rows'.
+  const bool one_step = p.pairs == KP, step_queries = !one_step;
   uvec4 next_q[2], next_x[2];
-  fetch(row0, col0, 0, next_q, next_x);
-  stage(0, next_q, next_x);
+  fetch(row0, col0, 0, true, next_q, next_x);
+  // The lane's two row terms of the tile, read with the tile's first operands (the next tile's during its last step).
+  vec2 row_terms = vec2(xterm[col0 + WN * sx + lane], xterm[col0 + WN * sx + 32 + lane]), next_row_terms = row_terms;
+  stage(0, true, next_q, next_x);
+  if (one_step) stage(1, true, next_q, next_x);
   memoryBarrierShared();
   barrier();
   uint buf = 0;
@@ -109,49 +136,47 @@ void main() {
       const bool last = k0 + KP == p.pairs;
       const uint next_k = last ? 0 : k0 + KP, next_col = last ? col0 + BN : col0;
       const bool ahead = next_col < c_end;  // uniform over the workgroup
-      if (ahead) fetch(row0, next_col, next_k, next_q, next_x);
+      if (ahead) fetch(row0, next_col, next_k, step_queries, next_q, next_x);
+      if (last && ahead) next_row_terms = vec2(xterm[next_col + WN * sx + lane], xterm[next_col + WN * sx + 32 + lane]);
       F16_16X16 a[FM], b[FN];
       [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
       [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * SK + (WN * sx + 16 * j) * SK, SK, true);
       [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
-      if (ahead) stage(buf ^ 1u, next_q, next_x);
+      if (ahead) stage(buf ^ 1u, step_queries, next_q, next_x);
       memoryBarrierShared();
       barrier();
       buf ^= 1u;
     }
-    // The test, one 16 x 64 strip of the subgroup's block at a time through its scratch in shared memory: lane l
-    // takes row l / 2 of the strip and every other column from l % 2, rows 8 to 15 a column pair later than rows 0
-    // to 7 (column(h)), so that the 32 lanes read 32 different banks. The rows' terms of the lane's 32 columns are
-    // read once per tile, into registers.
-    const uint lane = gl_SubgroupInvocationID, srow = lane / 2, scol = lane % 2, skew = srow / 8;
-    x_rest[sg * WN + lane] = xterm[bcol + lane];
-    x_rest[sg * WN + 32 + lane] = xterm[bcol + 32 + lane];
+    // The test. x_fold's last readers (this subgroup, the tile before) are past the workgroup barrier above.
+    x_fold[sg * WN + lane] = row_terms[0] * p.fold;
+    x_fold[sg * WN + 32 + lane] = row_terms[1] * p.fold;
+    row_terms = next_row_terms;
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    float xr[WN / 2];
-    [[unroll]] for (uint h = 0; h < WN / 2; ++h) xr[h] = x_rest[sg * WN + scol + 2 * ((h + skew) % (WN / 2))];
-    [[unroll]] for (uint i = 0; i < FM; ++i) {
-      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatStoreNV(acc[i][j], scratch, sg * SCRATCH + 16 * j, SROW, false);
-      subgroupMemoryBarrierShared();
-      subgroupBarrier();
-      {
-        const uint r = WM * sy + 16 * i + srow, q = row0 + r;
-        const float qr = q_rest[r];
-        uint hits = 0;  // bit h: column scol + 2 ((h + skew) mod 32) is a candidate (NaN included); branch-free
-        [[unroll]] for (uint h = 0; h < WN / 2; ++h) {
-          const uint c = scol + 2 * ((h + skew) % (WN / 2));
-          if (!(fma(scratch[sg * SCRATCH + srow * SROW + c], p.m2w, qr + xr[h]) > 0.0)) hits |= 1u << h;
-        }
-        while (hits != 0) {
-          const uint gc = bcol + scol + 2 * ((uint(findLSB(hits)) + skew) % (WN / 2));
-          hits &= hits - 1;
-          if (q >= p.m || gc < c_begin || gc >= c_end) continue;
-          const uint slot = atomicAdd(listed[q], 1u);
-          if (slot < p.cap) li[q * p.cap + slot] = p.base + gc;
-        }
+    // Bit 8 (f % 4) + e of hits[f / 4]: element e of block f = FN i + j is a candidate (NaN included). Every block
+    // is tested before any append, so that a lane's appends follow one another and the lanes' run side by side.
+    uvec4 hits = uvec4(0);
+    [[unroll]] for (uint j = 0; j < FN; ++j) {
+      F32_16X16 xt;
+      coopMatLoadNV(xt, x_fold, sg * WN + 16 * j, 0, false);  // every row: the 16 columns' terms
+      [[unroll]] for (uint i = 0; i < FM; ++i) {
+        F32_16X16 qt;
+        coopMatLoadNV(qt, q_fold, WM * sy + 16 * i, 0, true);  // every column: the 16 queries' terms
+        const uint f = FN * i + j;
+        [[unroll]] for (uint e = 0; e < kElements; ++e)
+          if (!(acc[i][j][e] + (qt[e] + xt[e]) < 0.0)) hits[f / 4] |= 1u << (8 * (f % 4) + e);
       }
-      subgroupBarrier();
+    }
+    for (;;) {
+      const uint w = hits.x != 0 ? 0 : hits.y != 0 ? 1 : hits.z != 0 ? 2 : hits.w != 0 ? 3 : 4;
+      if (w == 4) break;
+      const uint bit = uint(findLSB(hits[w])), f = 4 * w + bit / 8, at = coord[lane * kElements + bit % 8];
+      hits[w] &= hits[w] - 1;
+      const uint q = row0 + WM * sy + 16 * (f / FN) + at / 16, gc = bcol + 16 * (f % FN) + at % 16;
+      if (q >= p.m || gc < c_begin || gc >= c_end) continue;
+      const uint slot = atomicAdd(listed[q], 1u);
+      if (slot < p.cap) li[q * p.cap + slot] = p.base + gc;
     }
   }
 }
