@@ -181,10 +181,6 @@ int run(const Options& o, const gpuml::Backend& backend, const std::string& devi
     // (block, query batch) searches finished from candidate lists, and those whose lists overflowed (all repeats).
     j["list_batches"] = list_batches;
     j["list_overflows"] = list_overflows;
-    // The first search's bounding passes: database rows they read, and whether the list sample's bound came from its
-    // splits' heads (large k).
-    j["sample_rows"] = result->stats.sample_rows;
-    j["head_samples"] = result->stats.head_samples;
     j["seconds"] = best;
     j["queries_per_second"] = qps;
     j["tflops"] = tflops;

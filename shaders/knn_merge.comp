@@ -3,8 +3,7 @@
 // Merges the per-split k-NN heaps of knn_select in place, G at a time: thread (query q, group g) inserts the pairs
 // of the heaps of splits t + j * stride (j = 1 .. G-1, t = g * G * stride) into the heap of split t, rejecting
 // most of them with one compare against the root. Passes with stride 1, G, G^2, ... leave every query's k best
-// of all splits in the heap of split 0. Same (value, index) order as knn_select. With p.largest: split 0's root of
-// each query becomes the largest of its splits' roots (a bound: knn.hpp, KnnBoundSample::heap_k).
+// of all splits in the heap of split 0. Same (value, index) order as knn_select.
 #include "common.glsl"
 #include "knn_merge.h"
 
@@ -20,16 +19,6 @@ void main() {
   const uint q = gl_WorkGroupID.x * THREADS + gl_LocalInvocationID.x;
   const uint t = gl_WorkGroupID.y * p.group * p.stride;
   if (q >= p.m || t >= p.splits) return;
-  if (p.largest != 0) {
-    // One pass over every split: the largest root (NaN wins) into split 0's, which only this thread reads.
-    scalar most = hv[q * p.k];
-    for (uint s = 1; s < p.splits; ++s) {
-      const scalar v = hv[(s * p.m + q) * p.k];
-      if (!(v <= most)) most = v;
-    }
-    hv[q * p.k] = most;
-    return;
-  }
   const uint h = (t * p.m + q) * p.k;
   scalar tv = hv[h];
   uint ti = hi[h];

@@ -15,8 +15,6 @@ namespace gpuml::algorithms {
 struct KnnSearchStats {
   double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
   std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
-  // Bounding heap passes over the heads of the list sample's splits, heaps of k / splits each (large k)
-  std::uint64_t head_samples = 0;
   // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
   // again with heaps.
   std::uint64_t list_batches = 0, list_overflows = 0;

@@ -9,8 +9,7 @@
 // Bounded searches with candidate lists (the usual case: k up to 128 with 48 KiB of shared memory, 64 with 32 KiB;
 // knn_detail::append_slots). A heap pass over about 1/256 of the block (a few splits, each keeping the k best per
 // query in a bounded heap; merged) bounds a list pass over 1/16 of it, spread over the block and containing the
-// first (for k >= 64, where heaps of k spend the pass warming up, the heads of the list pass's splits keep about
-// k / splits each instead, and the largest of their last bounds it); knn_gather.comp sorts that pass's lists, and its k-th best value per query, about the 16 k-th best of the
+// first; knn_gather.comp sorts that pass's lists, and its k-th best value per query, about the 16 k-th best of the
 // block, bounds the whole block's list pass. Every pair at most its query's bound is appended to the query's list
 // (about 16 k of them), and knn_gather.comp keeps the k best of each list (knn_detail::bound_sample_for_lists).
 // On devices with VK_NV_cooperative_matrix, the list passes of float32 (squared) euclidean searches run on tensor
@@ -228,15 +227,8 @@ struct KnnBoundSample {
   // list_rows rows, list_stride apart (its splits are the heads of every (stride / list_stride)-th list split, so
   // at least k pairs pass the list pass), and the list pass's k-th best bounds the search. 0: one level.
   std::uint64_t list_splits = 0, list_rows = 0, list_stride = 0;
-  // Where heap_k > 0 (large k), the heap pass covers the heads of every list split instead, keeping only the heap_k
-  // best pairs of each (heap_k = k / list_splits, rounded up), and the largest of the splits' heap_k-th best values
-  // bounds the list pass: at least list_splits x heap_k >= k of its pairs are at most that. Heaps of heap_k warm up
-  // at once, where heaps of k (a few splits) spent most of the pass on their first k insertions per query.
-  std::uint64_t heap_k = 0;
 };
 inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
-/// From this k on, the list pass's bound comes from the list splits' heads (KnnBoundSample::heap_k).
-inline constexpr std::uint64_t kKnnSplitBestK = 64;
 
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
@@ -289,7 +281,7 @@ inline KnnBoundSample bound_sample(const KnnTileParams& tile, const KnnPlan& pl,
 /// no warm-up to pay), each of 8 tiles or more. One level where the block is too small for two.
 inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const KnnPlan& pl, std::uint64_t nb,
                                              std::uint64_t k, bool cpu, std::uint64_t batch_queries,
-                                             std::uint64_t fraction, std::uint64_t slots) {
+                                             std::uint64_t fraction) {
   const KnnBoundSample one = bound_sample(tile, pl, nb, k, cpu, true, fraction);
   if (!one.splits) return one;
   const std::uint64_t BN = tile.block_rows(), sample = nb / fraction;
@@ -299,22 +291,6 @@ inline KnnBoundSample bound_sample_for_lists(const KnnTileParams& tile, const Kn
   if (cpu) b.list_rows = std::min(b.list_rows, 32 * BN);
   if (b.list_rows * b.list_splits > nb) return one;
   b.list_stride = b.list_splits > 1 ? (nb - b.list_rows) / (b.list_splits - 1) : b.list_rows;
-  if (k >= kKnnSplitBestK) {
-    // The heads of the list splits, each keeping its c best: the largest c-th best is the (c + about 2 sqrt(c))-th
-    // best of a head in rank, whatever the data; heads long enough that this bounds about a quarter of the list
-    // slots' worth of the list pass's pairs (the cooperative-matrix filter lists up to twice as many).
-    const std::uint64_t c = ceil_div(k, b.list_splits);
-    const double rank = double(c) + 2.0 * std::sqrt(double(c)) + 2.0;
-    const auto want = static_cast<std::uint64_t>(std::ceil(4.0 * rank * double(b.list_rows * b.list_splits) / double(slots)));
-    const std::uint64_t rows = ceil_div(std::max(want, 2 * c), BN) * BN;
-    if (2 * rows <= b.list_rows) {  // heads of at most half a list split: else the heaps of k cost less
-      b.splits = b.list_splits;
-      b.rows = rows;
-      b.stride = b.list_stride;
-      b.heap_k = c;
-      return b;
-    }
-  }
   // Few long heap splits (each pays a warm-up of about k insertions per query): about 256 workgroups, at most 8
   // splits, but at least 1/F of the list pass's, so that about F x k pairs pass it.
   const std::uint64_t query_tiles = ceil_div(batch_queries, tile.block_queries());
@@ -360,14 +336,11 @@ struct KnnSearchPlan {
   std::uint64_t splits(std::uint64_t rows) const { return ceil_div(rows, cut.split_rows); }
   /// The bounding passes of a block of `rows` rows.
   KnnBoundSample sample(std::uint64_t rows) const {
-    return slots ? bound_sample_for_lists(tile, cut, rows, k, cpu, batch_queries, fraction, slots)
+    return slots ? bound_sample_for_lists(tile, cut, rows, k, cpu, batch_queries, fraction)
                  : bound_sample(tile, cut, rows, k, cpu, false, fraction);
   }
-  /// Whether a block runs its bounding passes `s`: their heaps fit the sample buffers, which hold the first block's
-  /// (first_sample.splits heaps of k per query).
-  bool bounded(const KnnBoundSample& s) const {
-    return s.splits > 0 && s.splits * (s.heap_k ? s.heap_k : k) <= first_sample.splits * k;
-  }
+  /// Whether a block runs its bounding passes `s` (at most the first block's splits, whose heaps the buffers hold).
+  bool bounded(const KnnBoundSample& s) const { return s.splits > 0 && s.splits <= first_sample.splits; }
   KnnPassShape pass_shape() const { return {tile, d, k, batch_queries, slots, cut.merge_group, squared_on_device}; }
 };
 
@@ -414,7 +387,7 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   p.first_sample = bound_sample(tile, p.cut, nb_first, k, p.cpu, slots != 0, p.fraction);
   if (!p.first_sample.splits) slots = 0;
   p.batch_queries = std::min<std::uint64_t>(m, p.cut.batch_queries);
-  if (slots) p.first_sample = bound_sample_for_lists(tile, p.cut, nb_first, k, p.cpu, p.batch_queries, p.fraction, slots);
+  if (slots) p.first_sample = bound_sample_for_lists(tile, p.cut, nb_first, k, p.cpu, p.batch_queries, p.fraction);
   p.slots = slots;
   p.coop = slots && coop_lists;
   p.blocks = ceil_div(n, block_rows);
@@ -718,9 +691,9 @@ class KnnPasses {
   /// stride apart, into heaps (v, i): split s's at s x queries x k. From +inf, or from the bounds where given (query
   /// q's at element q x k of `bounds`: a merged heap's root).
   void heap_pass(std::uint64_t n_splits, std::uint64_t split_rows, std::uint64_t stride, const vulkan::Buffer* bounds,
-                 const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t kept = 0) {
+                 const vulkan::Buffer& v, const vulkan::Buffer& i) {
     const select_interface::Push push{.m = std::uint32_t(mb_), .n = std::uint32_t(block_->rows), .d = std::uint32_t(shape_.d),
-                                      .k = std::uint32_t(kept ? kept : shape_.k), .split_rows = std::uint32_t(split_rows),
+                                      .k = std::uint32_t(shape_.k), .split_rows = std::uint32_t(split_rows),
                                       .base = std::uint32_t(block_->first), .split_stride = std::uint32_t(stride),
                                       .bounded = bounds ? 1u : 0u, .cap = 0u};
     namespace shader = select_interface;
@@ -738,20 +711,11 @@ class KnnPasses {
     for (std::uint64_t stride = 1; stride < n_splits; stride *= group) {
       cmds_.barrier();
       const merge_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .splits = std::uint32_t(n_splits),
-                                       .stride = std::uint32_t(stride), .group = group, .largest = 0u};
+                                       .stride = std::uint32_t(stride), .group = group};
       cmds_.dispatch(kernels_.merge, {{merge_interface::kBindingValues, v}, {merge_interface::kBindingIndices, i}}, push,
                      static_cast<std::uint32_t>(ceil_div(mb_, kKnnMergeThreads)),
                      static_cast<std::uint32_t>(ceil_div(n_splits, stride * group)));
     }
-  }
-
-  /// Puts in split 0's root of every query's heap of `kept` (heap_pass over n_splits splits) the largest of its
-  /// splits' roots (KnnBoundSample::heap_k).
-  void largest_roots(const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t n_splits, std::uint64_t kept) {
-    const merge_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(kept), .splits = std::uint32_t(n_splits),
-                                     .stride = 1u, .group = std::uint32_t(n_splits), .largest = 1u};
-    cmds_.dispatch(kernels_.merge, {{merge_interface::kBindingValues, v}, {merge_interface::kBindingIndices, i}}, push,
-                   static_cast<std::uint32_t>(ceil_div(mb_, kKnnMergeThreads)), 1u);
   }
 
   /// Records the zeroing of the list counts `listed` (one per query), before a list pass appends to them.
@@ -942,20 +906,15 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   const bool list_sample = lists && sample.list_splits > 0;
   if (lists) passes.clear_counts(ws.listed);
   if (list_sample) passes.clear_counts(ws.sample_listed);
-  const bool split_best = list_sample && sample.heap_k > 0;
   if (bounded) {
-    passes.heap_pass(sample.splits, sample.rows, sample.stride, nullptr, ws.sample_v, ws.sample_i, split_best ? sample.heap_k : 0);
-    passes.barrier();
-    if (split_best) passes.largest_roots(ws.sample_v, ws.sample_i, sample.splits, sample.heap_k);
-    else passes.merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
+    passes.heap_pass(sample.splits, sample.rows, sample.stride, nullptr, ws.sample_v, ws.sample_i);
+    passes.merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
     passes.barrier();
     st.sample_rows += sample.splits * sample.rows;
-    st.head_samples += split_best ? 1 : 0;
     passes.mark(KnnPasses<T>::kMarkSampled);
   }
   if (list_sample) {
-    passes.list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, split_best ? sample.heap_k : plan.k,
-                     ws.sample_listed);
+    passes.list_pass(sample.list_splits, sample.list_rows, sample.list_stride, ws.sample_v, plan.k, ws.sample_listed);
     passes.barrier();
     passes.gather_lists(ws.sample_listed, ws.bound_v, ws.bound_i);
     passes.barrier();
@@ -983,9 +942,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   if (!from_lists) {
     passes.begin(true);
     passes.start_clock();
-    // (after the list sample overflowed, the heap sample's bound where it is a k-th best; none after split heads')
-    const vulkan::Buffer* heap_bound = !sample_overflow ? &bound : split_best ? nullptr : &ws.sample_v;
-    search_with_heaps(device, passes, ws, plan, rows, heap_bound);
+    search_with_heaps(device, passes, ws, plan, rows, sample_overflow ? &ws.sample_v : &bound);
   }
   return from_lists;
 }

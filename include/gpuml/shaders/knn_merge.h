@@ -11,10 +11,9 @@ GPUML_CONSTANT(kBindingCount, 2)
 GPUML_CONSTANT(kSpecThreads, 0)
 GPUML_CONSTANT(kSpecCount, 1)
 
-// m queries, k kept, splits: heaps per query, stride: splits between merged heaps, group: heaps merged per thread;
-// largest: 1 for the largest root of every query's splits instead (one pass).
-GPUML_PUSH_CONSTANTS(Push) { uint m; uint k; uint splits; uint stride; uint group; uint largest; } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 6)
+// m queries, k kept, splits: heaps per query, stride: splits between merged heaps, group: heaps merged per thread.
+GPUML_PUSH_CONSTANTS(Push) { uint m; uint k; uint splits; uint stride; uint group; } GPUML_PUSH_INSTANCE(p);
+GPUML_CHECK_PUSH(Push, 5)
 GPUML_SHADER_INTERFACE_END
 
 #endif
