@@ -20,12 +20,12 @@
 // knn_gather.comp (EXACT) forms their values exactly as knn_select.comp does before it sorts them, so the lists
 // pick the same pairs.
 //
-// The test runs on the products in place. Its terms are separable (a query's plus a row's), so each is brought to
-// the products' scale once (times fold = 1 / m2w, a power of two: exact) and loaded as a matrix of the products'
-// layout whose columns (or rows) all read the same 16 values (stride 0); each lane adds them to its elements (one
-// at a time: spirv-opt 2023.1 crashes on additions of matrices), and a pair is a candidate unless
-// product + (query term + row term) < 0: the same decision as m2w product + (query term + row term) > 0 before
-// the scaling, so the same candidates. Which pair an element holds is the driver's layout: a matrix of element
+// The test runs on the products in place. With m2w = -2 / (query scale x row scale), a pair fails the test above
+// when m2w product + (query term + row term) > 0. The terms are separable (a query's plus a row's), so each is
+// brought to the products' scale once (times fold = 1 / m2w, a power of two: exact) and loaded as a matrix of the
+// products' layout whose columns (or rows) all read the same 16 values (stride 0); each lane adds them to its
+// elements (one at a time: spirv-opt 2023.1 crashes on additions of matrices), and a pair is a candidate unless
+// product + (query term + row term) < 0: the same decision, so the same candidates. Which pair an element holds is the driver's layout: a matrix of element
 // numbers loaded once at the start tells each lane the (row, column) of each of its elements. Only candidates take
 // the atomic append; no products go through shared memory.
 //

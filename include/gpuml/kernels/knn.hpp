@@ -735,8 +735,8 @@ class KnnPasses {
       const filter_coop_interface::Push push{
           .m = std::uint32_t(mb_), .k = std::uint32_t(bound_stride), .pairs = std::uint32_t(knn_coop_row_pairs(shape_.d)),
           .split_rows = std::uint32_t(split_rows), .split_stride = std::uint32_t(stride), .base = std::uint32_t(block_->first),
-          .cap = std::uint32_t(shape_.slots), .nb = std::uint32_t(block_->rows), .m2w = -2.0f / (query_scale_ * half_->scale),
-          .qscale = query_scale_, .d = std::uint32_t(shape_.d), .fold = -0.5f * query_scale_ * half_->scale};
+          .cap = std::uint32_t(shape_.slots), .nb = std::uint32_t(block_->rows), .qscale = query_scale_,
+          .d = std::uint32_t(shape_.d), .fold = -0.5f * query_scale_ * half_->scale};
       namespace shader = filter_coop_interface;
       cmds_.dispatch(kernels_.filter_coop,
                      {{shader::kBindingQueryHalf, ws_.query_half}, {shader::kBindingRowHalf, half_->rows},

@@ -20,13 +20,13 @@ GPUML_CONSTANT(kBlockQueries, 128)
 GPUML_CONSTANT(kBlockRows, 128)
 
 // m queries, k (the bound's stride), pairs: uints per float16 row, splits as knn_select.comp, base: global index
-// of the block's first row, cap: list slots per query, nb: rows in the block, m2w: -2 / (query scale x row scale),
-// qscale: the queries' scale, d: features, fold: 1 / m2w (exact: both scales are powers of two).
+// of the block's first row, cap: list slots per query, nb: rows in the block, qscale: the queries' scale, d:
+// features, fold: -(query scale x row scale) / 2, the products' scale against the test's terms (a power of two).
 GPUML_PUSH_CONSTANTS(Push) {
-  uint m; uint k; uint pairs; uint split_rows; uint split_stride; uint base; uint cap; uint nb; float m2w;
-  float qscale; uint d; float fold;
+  uint m; uint k; uint pairs; uint split_rows; uint split_stride; uint base; uint cap; uint nb; float qscale; uint d;
+  float fold;
 } GPUML_PUSH_INSTANCE(p);
-GPUML_CHECK_PUSH(Push, 12)
+GPUML_CHECK_PUSH(Push, 11)
 GPUML_SHADER_INTERFACE_END
 
 #endif
