@@ -13,7 +13,10 @@
 // time with float32 sums. The workgroup stages its operands in shared memory 16 features at a time, double
 // buffered: the next step's (or the next tile's first) are loaded from the buffers into registers while this
 // step's products run, so no subgroup waits on a global load (the accumulators leave room for few subgroups per
-// SM, too few to hide that wait: loading the matrices straight from the buffers spent most of the pass there). A
+// SM, too few to hide that wait: loading the matrices straight from the buffers spent most of the pass there).
+// Where the workgroup's queries fit in shared memory whole (RESIDENT_PAIRS, set by the host from the device's
+// shared memory: d up to 128 with 48 KiB), they are loaded once and only the rows are staged: fetching the same
+// queries again for every tile of rows cost more than the rows themselves. A
 // pair is a candidate when its approximate value, less a rigorous
 // bound on the error (knn_half_bound.glsl), is at most its query's bound; the candidate's database index is
 // appended to the query's list. Candidates are a superset of the pairs knn_select.comp would append;
@@ -26,8 +29,8 @@
 // products' layout whose columns (or rows) all read the same 16 values (stride 0); each lane adds them to its
 // elements (one at a time: spirv-opt 2023.1 crashes on additions of matrices), and a pair is a candidate unless
 // product + (query term + row term) < 0: the same decision, so the same candidates. Which pair an element holds is the driver's layout: a matrix of element
-// numbers loaded once at the start tells each lane the (row, column) of each of its elements. Only candidates take
-// the atomic append; no products go through shared memory.
+// numbers loaded once at the start tells each lane the (row, column) of each of its elements (kept in registers, a
+// byte each). Only candidates take the atomic append; no products go through shared memory.
 //
 // Grid: x = query tile (BM queries), y = split (split_rows rows from y * split_stride, as knn_select.comp).
 // Workgroup: 4 subgroups of 32 invocations (the host pins 32), 2 x 2 blocks of 64 x 64.
@@ -36,6 +39,8 @@
 #include "knn_filter_coop.h"
 
 layout(local_size_x = 128) in;
+// Float16 pairs (uints) of the queries' rows kept in shared memory for the whole pass, or 0: staged every step.
+layout(constant_id = kSpecResidentPairs) const uint RESIDENT_PAIRS = 0;
 
 const uint BM = kBlockQueries, BN = kBlockRows, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
 #define F16_16X16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -48,12 +53,14 @@ layout(std430, binding = kBindingListed) buffer ListedBuf { uint listed[]; };
 layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { float bound_v[]; };
 
 // Float16 pairs (uints) per step: 16 features. The staged rows are SK = KP + 4 uints apart, so that the 8 rows of
-// 16 bytes that a fragment load reads at once fall on different banks (KP apart, rows 4 apart share them).
-const uint KP = 8, SK = KP + 4;
+// 16 bytes that a fragment load reads at once fall on different banks (KP apart, rows 4 apart share them); resident
+// queries are SQ = RESIDENT_PAIRS + 4 apart, for the same reason (4 times an odd number, modulo 32 banks).
+const uint KP = kStepPairs, SK = kStagedStride, SQ = RESIDENT_PAIRS + kPadPairs;
+const bool RESIDENT = RESIDENT_PAIRS != 0;
 layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf4 { uvec4 qh4[]; };
 layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf4 { uvec4 xh4[]; };
-shared uint qs[2 * BM * SK];  // the step's queries, double buffered
-shared uint xs[2 * BN * SK];  // the step's database rows
+shared uint qs[RESIDENT ? BM * SQ : 2 * BM * SK];  // the queries whole, or the step's double buffered
+shared uint xs[2 * BN * SK];                       // the step's database rows
 
 // Thread t's share of a step's operands: uvec4 v = t + 128 h of the queries' (row v / 2, half v % 2 of the step)
 // and of the rows'. Rows are padded (queries to the tile, the block by a tile), so no load is out of range.
@@ -78,10 +85,9 @@ void stage(uint buf, bool queries, uvec4 q[2], uvec4 x[2]) {
 // half_row_term x fold.
 shared float q_fold[BM];
 shared float x_fold[4 * WN];
-// Lane l's element e of a 16 x 16 float32 matrix is at row coord[l * kElements + e] / 16, column ... % 16.
+// The lane's element e of a 16 x 16 float32 matrix is at row c / 16, column c % 16, c = byte e of coord.
 const uint kElements = 8;  // 256 elements over 32 invocations
-shared float numbers[256];
-shared uint coord[32 * kElements];
+uint element_at(const uvec2 coord, uint e) { return (coord[e / 4] >> (8 * (e % 4))) & 255u; }
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, sy = sg / 2, sx = sg % 2, lane = gl_SubgroupInvocationID;
@@ -98,31 +104,40 @@ void main() {
     }
     q_fold[r] = rest * p.fold;
   }
-  for (uint e = tid; e < 256; e += 128) numbers[e] = float(e);
+  // The element numbers 0 .. 255 as float32 bits, in the rows' staging area (not yet in use).
+  for (uint e = tid; e < 256; e += 128) xs[e] = floatBitsToUint(float(e));
   barrier();
+  uvec2 coord = uvec2(0);
   {
     F32_16X16 numbered;
-    coopMatLoadNV(numbered, numbers, 0, 16, false);
+    coopMatLoadNV(numbered, xs, 0, 16, false);
     if (numbered.length() != kElements) {
       // A layout this kernel does not read: every list of the tile overflows, so the search takes the heaps.
       for (uint r = tid; r < BM; r += 128)
         if (row0 + r < p.m) atomicAdd(listed[row0 + r], p.cap + 1);
       return;
     }
-    if (sg == 0)
-      [[unroll]] for (uint e = 0; e < kElements; ++e) coord[lane * kElements + e] = uint(numbered[e]);
+    [[unroll]] for (uint e = 0; e < kElements; ++e) coord[e / 4] |= uint(numbered[e]) << (8 * (e % 4));
   }
+  if (RESIDENT) {  // the queries whole, once (RESIDENT_PAIRS = p.pairs: rows padded to the tile)
+    for (uint v = tid; v < BM * (RESIDENT_PAIRS / 4); v += 128) {
+      const uint r = v / (RESIDENT_PAIRS / 4), part = 4 * (v % (RESIDENT_PAIRS / 4));
+      const uvec4 w = qh4[((row0 + r) * RESIDENT_PAIRS + part) / 4];
+      [[unroll]] for (uint c = 0; c < 4; ++c) qs[r * SQ + part + c] = w[c];
+    }
+  }
+  barrier();  // the numbers are read before the rows are staged over them
 
   // Tiles start on a multiple of 16 rows (aligned loads); rows before c_begin are skipped as candidates.
   uint col0 = c_begin & ~15u;
   // With one step per tile (d <= 16) the queries' operands are the same in every step: staged in both buffers
   // once, then only the rows'.
-  const bool one_step = p.pairs == KP, step_queries = !one_step;
+  const bool one_step = !RESIDENT && p.pairs == KP, step_queries = !RESIDENT && !one_step;
   uvec4 next_q[2], next_x[2];
-  fetch(row0, col0, 0, true, next_q, next_x);
+  fetch(row0, col0, 0, !RESIDENT, next_q, next_x);
   // The lane's two row terms of the tile, read with the tile's first operands (the next tile's during its last step).
   vec2 row_terms = vec2(xterm[col0 + WN * sx + lane], xterm[col0 + WN * sx + 32 + lane]), next_row_terms = row_terms;
-  stage(0, true, next_q, next_x);
+  stage(0, !RESIDENT, next_q, next_x);
   if (one_step) stage(1, true, next_q, next_x);
   memoryBarrierShared();
   barrier();
@@ -139,7 +154,10 @@ void main() {
       if (ahead) fetch(row0, next_col, next_k, step_queries, next_q, next_x);
       if (last && ahead) next_row_terms = vec2(xterm[next_col + WN * sx + lane], xterm[next_col + WN * sx + 32 + lane]);
       F16_16X16 a[FM], b[FN];
-      [[unroll]] for (uint i = 0; i < FM; ++i) coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
+      [[unroll]] for (uint i = 0; i < FM; ++i) {
+        if (RESIDENT) coopMatLoadNV(a[i], qs, (WM * sy + 16 * i) * SQ + k0, SQ, false);
+        else coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
+      }
       [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * SK + (WN * sx + 16 * j) * SK, SK, true);
       [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
@@ -171,7 +189,7 @@ void main() {
     for (;;) {
       const uint w = hits.x != 0 ? 0 : hits.y != 0 ? 1 : hits.z != 0 ? 2 : hits.w != 0 ? 3 : 4;
       if (w == 4) break;
-      const uint bit = uint(findLSB(hits[w])), f = 4 * w + bit / 8, at = coord[lane * kElements + bit % 8];
+      const uint bit = uint(findLSB(hits[w])), f = 4 * w + bit / 8, at = element_at(coord, bit % 8);
       hits[w] &= hits[w] - 1;
       const uint q = row0 + WM * sy + 16 * (f / FN) + at / 16, gc = bcol + 16 * (f % FN) + at % 16;
       if (q >= p.m || gc < c_begin || gc >= c_end) continue;

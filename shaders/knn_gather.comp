@@ -1,11 +1,17 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // The k best pairs of every query's candidate list (knn_select.comp, APPEND): one workgroup per query loads its
-// list into shared memory, padded with (+inf, none) to a power of two, sorts it by (value, index) with a bitonic
-// network and writes its first k pairs to the query's k output slots, the k-th best first and the best last: a
-// descending array is a max-heap, so the output bounds a later search (knn_select.comp reads its first value) just
-// as merged heaps do. A list that overflowed its p.cap slots gets (-inf, none) pairs, which no value passes as a
-// bound (the host searches that batch again with heaps).
+// list into shared memory and writes its k best pairs by (value, index) to the query's k output slots, the k-th best
+// first and the best last: a descending array is a max-heap, so the output bounds a later search (knn_select.comp
+// reads its first value) just as merged heaps do. A list that overflowed its p.cap slots gets (-inf, none) pairs,
+// which no value passes as a bound (the host searches that batch again with heaps).
+//
+// A list of at most SEL pairs, or one with k beyond SEL / 2, is padded with (+inf, none) to a power of two and
+// sorted whole (a bitonic network). A longer one is first cut to its k best: a radix select over the 64-bit keys
+// (value's order bits, index), 8 bits a round, finds the k-th smallest key (the index rounds only where the k-th
+// value is tied past k), the pairs up to it (exactly k: keys are distinct) are moved to a second array and only
+// those are sorted. The same k pairs in the same order as the whole sort: the keys order pairs as before() does
+// (-0 is read as +0).
 //
 // EXACT = 1 (lists of knn_filter_coop.comp, squared euclidean): the lists hold database indices only, and each
 // pair's value is formed here exactly as knn_select.comp forms it, (|q|^2 + |x|^2) - 2 <q, x> with the dot product
@@ -36,6 +42,20 @@ layout(std430, binding = kBindingStatus) buffer StatusBuf { uint status[]; };
 
 shared scalar sv[CAP];
 shared uint si[CAP];
+// The radix select's cut: at most SEL pairs (a power of two), sorted by the same network. Float32 values only (the
+// keys are their bits); float64 lists are sorted whole.
+#if defined(GPUML_F64)
+const bool CUTS = false;
+#else
+const bool CUTS = true;
+#endif
+const uint SEL = !CUTS ? 2 : CAP < 1024 ? CAP : 1024;
+shared scalar cv[SEL];
+shared uint ci[SEL];
+shared uint bins[256];
+shared uint group_sums[16];
+shared uint found[3];  // the digit, the rank still wanted within it, the pairs with that digit
+shared uint cut_size;
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
 
@@ -56,6 +76,69 @@ scalar exact_value(uint q, uint index) {
   return (qn[q] + xn[c]) - scalar(2) * s;
 }
 
+// Order bits of a value (unsigned order = numeric order, -0 as +0; NaNs last).
+uint value_key(scalar v) {
+  const uint b = floatBitsToUint(float(v) == 0.0 ? 0.0 : float(v));
+  return (b & 0x80000000u) != 0 ? ~b : b | 0x80000000u;
+}
+
+// Sorts the first n (a power of two) pairs of (sv, si), or with cut those of (cv, ci), by (value, index).
+void sort_pairs(uint n, bool cut) {
+  for (uint run = 2; run <= n; run <<= 1) {
+    for (uint stride = run >> 1; stride > 0; stride >>= 1) {
+      for (uint t = gl_LocalInvocationID.x; t < n / 2; t += THREADS) {
+        const uint lo = 2 * stride * (t / stride) + t % stride, hi = lo + stride;
+        const bool ascending = (lo & run) == 0;
+        const scalar a = cut ? cv[lo] : sv[lo], b = cut ? cv[hi] : sv[hi];
+        const uint ia = cut ? ci[lo] : si[lo], ib = cut ? ci[hi] : si[hi];
+        if (before(b, ib, a, ia) == ascending) {
+          if (cut) {
+            cv[lo] = b, ci[lo] = ib, cv[hi] = a, ci[hi] = ia;
+          } else {
+            sv[lo] = b, si[lo] = ib, sv[hi] = a, si[hi] = ia;
+          }
+        }
+      }
+      barrier();
+    }
+  }
+}
+
+// One radix round over the count pairs whose key digit (shift) is wanted where (key & mask) == prefix; key: the
+// value's order bits (index_round: the index, among pairs whose value key is value_prefix). Leaves in found the
+// digit of the rank-th smallest, its rank among that digit's pairs, and their number.
+void radix_round(uint count, bool index_round, uint value_prefix, uint prefix, uint mask, uint shift, uint rank) {
+  const uint tid = gl_LocalInvocationID.x;
+  for (uint b = tid; b < 256; b += THREADS) bins[b] = 0;
+  barrier();
+  for (uint e = tid; e < count; e += THREADS) {
+    const uint vk = value_key(sv[e]);
+    if (index_round && vk != value_prefix) continue;
+    const uint key = index_round ? si[e] : vk;
+    if ((key & mask) == prefix) atomicAdd(bins[(key >> shift) & 255u], 1u);
+  }
+  barrier();
+  // Exclusive prefix sums: 16 groups of 16 bins.
+  for (uint g = tid; g < 16; g += THREADS) {
+    uint s = 0;
+    for (uint b = 0; b < 16; ++b) s += bins[16 * g + b];
+    group_sums[g] = s;
+  }
+  barrier();
+  for (uint b = tid; b < 256; b += THREADS) {
+    uint before_b = 0;
+    for (uint g = 0; g < b / 16; ++g) before_b += group_sums[g];
+    for (uint c = 16 * (b / 16); c < b; ++c) before_b += bins[c];
+    const uint here = bins[b];
+    if (before_b < rank && rank <= before_b + here) {
+      found[0] = b;
+      found[1] = rank - before_b;
+      found[2] = here;
+    }
+  }
+  barrier();
+}
+
 void main() {
   const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
   if (q >= p.m) return;  // uniform over the workgroup
@@ -69,34 +152,65 @@ void main() {
   }
   uint size = 1;
   while (size < count) size <<= 1;
-  for (uint e = tid; e < size; e += THREADS) {
+  uint want = 1;
+  while (want < p.k) want <<= 1;
+  const bool cut = CUTS && count > SEL && 2 * want <= SEL;
+  const uint loaded = cut ? count : size;
+  for (uint e = tid; e < loaded; e += THREADS) {
     const bool real = e < count;
     const uint index = real ? li[q * p.cap + e] : NONE;
     sv[e] = real ? (EXACT != 0 ? exact_value(q, index) : lv[q * p.cap + e]) : scalar_inf();
     si[e] = index;
   }
   barrier();
-  for (uint run = 2; run <= size; run <<= 1) {
-    for (uint stride = run >> 1; stride > 0; stride >>= 1) {
-      for (uint t = tid; t < size / 2; t += THREADS) {
-        const uint lo = 2 * stride * (t / stride) + t % stride, hi = lo + stride;
-        const bool ascending = (lo & run) == 0;
-        const scalar a = sv[lo], b = sv[hi];
-        const uint ia = si[lo], ib = si[hi];
-        if (before(b, ib, a, ia) == ascending) {
-          sv[lo] = b;
-          si[lo] = ib;
-          sv[hi] = a;
-          si[hi] = ia;
-        }
-      }
-      barrier();
+  if (cut) {
+    // The k-th smallest key: value rounds, then index rounds where its value is tied past k.
+    uint prefix = 0, mask = 0, rank = p.k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      radix_round(count, false, 0, prefix, mask, uint(shift), rank);
+      prefix |= found[0] << shift;
+      mask |= 255u << shift;
+      rank = found[1];
     }
-  }
-  for (uint e = tid; e < p.k; e += THREADS) {
-    const uint from = p.k - 1 - e;
-    ov[q * p.k + e] = from < size ? sv[from] : scalar_inf();
-    oi[q * p.k + e] = from < size ? si[from] : NONE;
+    const uint value_prefix = prefix, ties = found[2];
+    const bool by_index = rank < ties;  // some pairs of the k-th value are left out: the lowest indices go in
+    uint index_prefix = 0xffffffffu;
+    if (by_index) {
+      index_prefix = 0, mask = 0;
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        radix_round(count, true, value_prefix, index_prefix, mask, uint(shift), rank);
+        index_prefix |= found[0] << shift;
+        mask |= 255u << shift;
+        rank = found[1];
+      }
+    }
+    if (tid == 0) cut_size = 0;
+    barrier();
+    for (uint e = tid; e < count; e += THREADS) {
+      const uint vk = value_key(sv[e]);
+      if (vk < value_prefix || (vk == value_prefix && si[e] <= index_prefix)) {
+        const uint at = atomicAdd(cut_size, 1u);
+        cv[at] = sv[e];
+        ci[at] = si[e];
+      }
+    }
+    for (uint e = p.k + tid; e < want; e += THREADS) {
+      cv[e] = scalar_inf();
+      ci[e] = NONE;
+    }
+    barrier();
+    sort_pairs(want, true);
+    for (uint e = tid; e < p.k; e += THREADS) {
+      ov[q * p.k + e] = cv[p.k - 1 - e];
+      oi[q * p.k + e] = ci[p.k - 1 - e];
+    }
+  } else {
+    sort_pairs(size, false);
+    for (uint e = tid; e < p.k; e += THREADS) {
+      const uint from = p.k - 1 - e;
+      ov[q * p.k + e] = from < size ? sv[from] : scalar_inf();
+      oi[q * p.k + e] = from < size ? si[from] : NONE;
+    }
   }
   if (LOOP_GUARD != 0u && loop_limit_reached(p.m)) atomicOr(status[0], 1u);
 }

@@ -328,7 +328,8 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
   // same searches run on knn_select.comp): its error bound must never drop a pair under the bound. Data far from
   // the origin (norms dozens of times the distances, where the bound is widest against them), rows of very
   // different scales, exact duplicates; d below, at and above a multiple of 16, with and without 4-vector rows;
-  // batches and databases that are not multiples of the 128 x 128 tile; resident and streamed databases.
+  // batches and databases that are not multiples of the 128 x 128 tile; resident and streamed databases; queries
+  // kept in shared memory for the whole pass (d up to 128 with 48 KiB) and staged every step (d = 130).
   const bool coop = std::is_same_v<T, float> && device->info().coop_matrix_f16;
   struct Shape {
     Eigen::Index n, m;

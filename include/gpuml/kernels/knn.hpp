@@ -100,6 +100,14 @@ inline constexpr std::uint32_t kKnnCoopQueries = filter_coop_interface::kBlockQu
                                 kKnnCoopRows = filter_coop_interface::kBlockRows;
 /// The uints (float16 pairs) of a row of d features as knn_filter_coop.comp reads it: padded to 16 features.
 inline std::uint64_t knn_coop_row_pairs(std::uint64_t d) { return ceil_div(d, 16) * 8; }
+/// The queries' uints knn_filter_coop.comp keeps in shared memory for a whole pass (its query tile's rows, padded),
+/// or 0 where they do not fit in `max_shared_memory` bytes (it then stages them every step).
+inline std::uint32_t knn_coop_resident_pairs(std::uint64_t d, std::uint64_t max_shared_memory) {
+  namespace shader = filter_coop_interface;
+  const std::uint64_t pairs = knn_coop_row_pairs(d);
+  const std::uint64_t bytes = shader::kBlockQueries * (pairs + shader::kPadPairs) * 4 + shader::kFixedSharedBytes;
+  return bytes <= max_shared_memory ? static_cast<std::uint32_t>(pairs) : 0u;
+}
 
 /// The switches of one k-NN search (comparisons and sweeps; the defaults are the fastest exact search). Config
 /// gives the process's defaults (GPUML_KNN_SAMPLE, GPUML_KNN_APPEND, GPUML_KNN_COOP).
@@ -583,7 +591,9 @@ struct KnnKernels {
       if (plan.coop) {
         const auto& info = device.info();
         k.filter_coop = device.kernel(shaders::knn_filter_coop_kernel::spec<T>(
-            spec_constants(filter_coop_interface::kSpecCount, {}), info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u));
+            spec_constants(filter_coop_interface::kSpecCount,
+                           {{filter_coop_interface::kSpecResidentPairs, knn_coop_resident_pairs(plan.d, info.max_shared_memory)}}),
+            info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u));
         k.half = device.kernel(shaders::knn_half_kernel::spec<T>(spec_constants(half_interface::kSpecCount, {})));
       }
       if (plan.squared_on_device)

@@ -13,11 +13,19 @@ GPUML_CONSTANT(kBindingListed, 5)      // pairs appended per query
 GPUML_CONSTANT(kBindingBound, 6)       // the queries' bounds, k apart
 GPUML_CONSTANT(kBindingCount, 7)
 
-GPUML_CONSTANT(kSpecCount, 0)
+GPUML_CONSTANT(kSpecResidentPairs, 0)  // the queries' uints kept in shared memory whole, or 0 (staged per step)
+GPUML_CONSTANT(kSpecCount, 1)
 
 // Queries and database rows per workgroup tile.
 GPUML_CONSTANT(kBlockQueries, 128)
 GPUML_CONSTANT(kBlockRows, 128)
+// Staging: 8 uints (16 features) per step, rows kPadPairs uints longer in shared memory (kStagedStride apart).
+GPUML_CONSTANT(kStepPairs, 8)
+GPUML_CONSTANT(kPadPairs, 4)
+GPUML_CONSTANT(kStagedStride, 12)
+// Shared memory besides the queries: the staged rows (double buffered) and the test's terms (kBlockQueries + 256
+// floats). Resident queries take kBlockQueries x (pairs + kPadPairs) uints more.
+GPUML_CONSTANT(kFixedSharedBytes, 2 * 128 * 12 * 4 + (128 + 256) * 4)
 
 // m queries, k (the bound's stride), pairs: uints per float16 row, splits as knn_select.comp, base: global index
 // of the block's first row, cap: list slots per query, nb: rows in the block, qscale: the queries' scale, d:
