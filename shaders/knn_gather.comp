@@ -13,6 +13,11 @@
 // those are sorted. The same k pairs in the same order as the whole sort: the keys order pairs as before() does
 // (-0 is read as +0).
 //
+// DENSE = 1 (a bound's sample, knn_select.comp's kModeDense: p.cap values per query, float32): the same radix
+// rounds over the values, read from the buffer, give each query's k-th smallest value, written at the first of its
+// k output slots, where a bound is read (knn_select.comp, knn_filter_coop.comp): the root the sample's merged heaps
+// would have. Nothing else is written.
+//
 // EXACT = 1 (lists of knn_filter_coop.comp, squared euclidean): the lists hold database indices only, and each
 // pair's value is formed here exactly as knn_select.comp forms it, (|q|^2 + |x|^2) - 2 <q, x> with the dot product
 // one FMA chain over the features in order, so the sort sees the values knn_select.comp's lists would hold.
@@ -23,6 +28,7 @@ layout(constant_id = kSpecThreads) const uint THREADS = 256;
 layout(constant_id = kSpecCapacity) const uint CAP = 4096;
 layout(constant_id = kSpecExact) const uint EXACT = 0;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
+layout(constant_id = kSpecDense) const uint DENSE = 0;
 layout(local_size_x_id = kSpecThreads) in;
 
 const uint NONE = 0xffffffffu;
@@ -106,13 +112,15 @@ void sort_pairs(uint n, bool cut) {
 
 // One radix round over the count pairs whose key digit (shift) is wanted where (key & mask) == prefix; key: the
 // value's order bits (index_round: the index, among pairs whose value key is value_prefix). Leaves in found the
-// digit of the rank-th smallest, its rank among that digit's pairs, and their number.
-void radix_round(uint count, bool index_round, uint value_prefix, uint prefix, uint mask, uint shift, uint rank) {
+// digit of the rank-th smallest, its rank among that digit's pairs, and their number. The values: the shared
+// list, or with DENSE those of the buffer from lv[list0].
+void radix_round(uint count, bool index_round, uint value_prefix, uint prefix, uint mask, uint shift, uint rank,
+                 uint list0) {
   const uint tid = gl_LocalInvocationID.x;
   for (uint b = tid; b < 256; b += THREADS) bins[b] = 0;
   barrier();
   for (uint e = tid; e < count; e += THREADS) {
-    const uint vk = value_key(sv[e]);
+    const uint vk = value_key(DENSE != 0 ? lv[list0 + e] : sv[e]);
     if (index_round && vk != value_prefix) continue;
     const uint key = index_round ? si[e] : vk;
     if ((key & mask) == prefix) atomicAdd(bins[(key >> shift) & 255u], 1u);
@@ -142,6 +150,21 @@ void radix_round(uint count, bool index_round, uint value_prefix, uint prefix, u
 void main() {
   const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
   if (q >= p.m) return;  // uniform over the workgroup
+  if (CUTS && DENSE != 0) {
+    scalar kth = scalar_inf();
+    if (p.k <= p.cap) {
+      uint prefix = 0, mask = 0, rank = p.k;
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        radix_round(p.cap, false, 0, prefix, mask, uint(shift), rank, q * p.cap);
+        prefix |= found[0] << shift;
+        mask |= 255u << shift;
+        rank = found[1];
+      }
+      kth = uintBitsToFloat((prefix & 0x80000000u) != 0 ? prefix & 0x7FFFFFFFu : ~prefix);
+    }
+    if (tid == 0) ov[q * p.k] = kth;
+    return;
+  }
   const uint count = listed[q];
   if (count > p.cap) {
     for (uint e = tid; e < p.k; e += THREADS) {
@@ -167,7 +190,7 @@ void main() {
     // The k-th smallest key: value rounds, then index rounds where its value is tied past k.
     uint prefix = 0, mask = 0, rank = p.k;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      radix_round(count, false, 0, prefix, mask, uint(shift), rank);
+      radix_round(count, false, 0, prefix, mask, uint(shift), rank, 0);
       prefix |= found[0] << shift;
       mask |= 255u << shift;
       rank = found[1];
@@ -178,7 +201,7 @@ void main() {
     if (by_index) {
       index_prefix = 0, mask = 0;
       for (int shift = 24; shift >= 0; shift -= 8) {
-        radix_round(count, true, value_prefix, index_prefix, mask, uint(shift), rank);
+        radix_round(count, true, value_prefix, index_prefix, mask, uint(shift), rank, 0);
         index_prefix |= found[0] << shift;
         mask |= 255u << shift;
         rank = found[1];

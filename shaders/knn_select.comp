@@ -20,11 +20,16 @@
 // ever queued and the warm-up of about k insertions per query and split disappears. The sample's own pairs are
 // formed by this same pipeline, so at least k real pairs pass and no sentinel reaches the result.
 //
-// Append (APPEND = 1, always with bounds): no heaps. Every pair at most its query's bound is appended to the query's
+// Lists (MODE = kModeLists, always with bounds): no heaps. Every pair at most its query's bound is appended to the query's
 // candidate list (binding 4/5: p.cap slots per query, binding 7: the number appended, which may exceed p.cap: the
 // host then searches the batch again with heaps). knn_gather.comp picks the k best of each list. About fraction x k
 // pairs pass per query (the bound is about the fraction x k-th best of the block), so a tile costs its product, a
 // compare per value and, rarely, an atomic; no barrier and no round.
+//
+// Dense (MODE = kModeDense, for a bound: knn_gather.comp's DENSE mode picks each query's k-th value): every value of
+// the splits is written at its place, query q's at q x cap + split x split_rows + its row's offset in the split
+// (+inf past the block), so a bound costs its product and no heap: the k-th value of the same values is the merged
+// heaps' root.
 //
 // Order: (value, index) lexicographic, so equal values go to the lower database index; the kept set (though not
 // the heap's layout) is independent of the tiling, the splits and the order of the queue, because a pair that
@@ -42,7 +47,7 @@ layout(constant_id = kSpecTM) const uint TM = 8;
 layout(constant_id = kSpecTN) const uint TN = 8;
 layout(constant_id = kSpecBK) const uint BK = 16;
 layout(constant_id = kSpecMetric) const uint METRIC = kMetricSqeuclidean;
-layout(constant_id = kSpecAppend) const uint APPEND = 0;
+layout(constant_id = kSpecMode) const uint MODE = kModeHeaps;
 layout(constant_id = kSpecLoopGuard) const uint LOOP_GUARD = 0;
 layout(local_size_x_id = kSpecWX, local_size_y_id = kSpecWY) in;
 
@@ -79,7 +84,7 @@ scalar load_b(uint row, uint f) {
 }
 
 shared scalar qaux[BM];
-shared scalar xaux[2 * BN];  // per tile parity: APPEND has no barrier between a tile's reads and the next's writes
+shared scalar xaux[2 * BN];  // per tile parity: lists have no barrier between a tile's reads and the next's writes
 shared scalar thr[BM];
 shared uint thr_idx[BM];
 shared uint queued[BM];
@@ -88,6 +93,14 @@ shared uint queue_i[BM * WX];
 shared uint passed[2];  // per tile parity: bit j set when a value of column j passed its query's threshold
 
 bool before(scalar a, uint ia, scalar b, uint ib) { return a < b || (a == b && ia < ib); }
+
+// The selection value of product (or combine) s of the tile's query r and the staged row at xaux[x].
+scalar value_of(scalar s, uint r, uint x) {
+  if (METRIC == kMetricSqeuclidean) return (qaux[r] + xaux[x]) - scalar(2) * s;
+  if (METRIC == kMetricCosine) return clamp(scalar(1) - s * (qaux[r] * xaux[x]), scalar(0), scalar(2));
+  if (METRIC == kMetricInnerProduct) return -s;
+  return s;
+}
 
 scalar row_aux(scalar sq) {
   if (METRIC == kMetricCosine) return sq > scalar(0) ? scalar(1) / sqrt(sq) : scalar(0);
@@ -109,7 +122,7 @@ void main() {
       start = bound_v[q * p.k];  // split 0's root: the sample's k-th best
       start += abs(start) * scalar(1.0 / 1048576.0);
     }
-    if (q < p.m && APPEND == 0) {
+    if (q < p.m && MODE == kModeHeaps) {
       const uint h = (split * p.m + q) * p.k;
       for (uint e = 0; e < p.k; ++e) {
         hv[h + e] = start;
@@ -135,19 +148,26 @@ void main() {
     scalar acc[ACC];
     tile_product(acc, p.d, col0 != c_begin);  // its barriers also publish xaux; one query tile per workgroup
 
-    if (APPEND != 0) {
+    if (MODE == kModeDense) {
       for (uint i = 0; i < TM; ++i) {
         const uint r = tile_row_a(i), q = row0 + r;
         if (q >= p.m) continue;
-        const scalar qa = qaux[r], t = thr[r];
+        for (uint j = 0; j < TN; ++j) {
+          const uint c = tile_row_b(j), at = col0 + c - c_begin;
+          if (at < p.split_rows)
+            hv[q * p.cap + split * p.split_rows + at] = col0 + c < c_end ? value_of(acc[i * TN + j], r, xa + c) : scalar_inf();
+        }
+      }
+      continue;
+    }
+    if (MODE == kModeLists) {
+      for (uint i = 0; i < TM; ++i) {
+        const uint r = tile_row_a(i), q = row0 + r;
+        if (q >= p.m) continue;
+        const scalar t = thr[r];
         for (uint j = 0; j < TN; ++j) {
           const uint c = tile_row_b(j);
-          const scalar s = acc[i * TN + j];
-          scalar v;
-          if (METRIC == kMetricSqeuclidean) v = (qa + xaux[xa + c]) - scalar(2) * s;
-          else if (METRIC == kMetricCosine) v = clamp(scalar(1) - s * (qa * xaux[xa + c]), scalar(0), scalar(2));
-          else if (METRIC == kMetricInnerProduct) v = -s;
-          else v = s;
+          const scalar v = value_of(acc[i * TN + j], r, xa + c);
           if (v <= t && col0 + c < c_end) {  // before(v, index, bound, NONE)
             const uint slot = atomicAdd(listed[q], 1u);
             if (slot < p.cap) {
@@ -165,12 +185,7 @@ void main() {
       const uint r = tile_row_a(i);
       for (uint j = 0; j < TN; ++j) {
         const uint c = tile_row_b(j);
-        const scalar s = acc[i * TN + j];
-        scalar v;
-        if (METRIC == kMetricSqeuclidean) v = (qaux[r] + xaux[xa + c]) - scalar(2) * s;
-        else if (METRIC == kMetricCosine) v = clamp(scalar(1) - s * (qaux[r] * xaux[xa + c]), scalar(0), scalar(2));
-        else if (METRIC == kMetricInnerProduct) v = -s;
-        else v = s;
+        const scalar v = value_of(acc[i * TN + j], r, xa + c);
         acc[i * TN + j] = v;
         if (col0 + c < c_end && row0 + r < p.m && before(v, p.base + col0 + c, thr[r], thr_idx[r])) columns |= 1u << j;
       }

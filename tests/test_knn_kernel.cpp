@@ -253,12 +253,24 @@ TYPED_TEST(KnnKernel, BoundedSearchKeepsExactTies) {
         const auto got = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr,
                                                        gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
         EXPECT_GT(stats.sample_rows, 4u * k);
+        // float32: the sample's values written whole and its k-th value picked (knn_gather.comp's radix rounds
+        // through thousands of tied values); float64 keeps heaps.
+        EXPECT_EQ(stats.dense_samples > 0, (std::is_same_v<T, float>));
         if (k == 40 && d == 2) {
           EXPECT_EQ(stats.list_overflows, 1u);
         }
         const auto host = gpuml::host::knn_search<T>(db, q, k, m);
         EXPECT_EQ(got.indices, host.indices);
         EXPECT_EQ(got.distances, host.distances);
+        // The same bound from heaps: the same candidates, overflows and result.
+        auto heap_options = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+        heap_options.dense_samples = false;
+        gpuml::kernels::KnnSearchStats heap_stats;
+        const auto heaps = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, heap_options, &heap_stats);
+        EXPECT_EQ(heap_stats.dense_samples, 0u);
+        EXPECT_EQ(heap_stats.list_overflows, stats.list_overflows);
+        EXPECT_EQ(heaps.indices, got.indices);
+        EXPECT_EQ(heaps.distances, got.distances);
       }
   }
 }
@@ -279,7 +291,14 @@ TYPED_TEST(KnnKernel, CandidateListsMatchTheReference) {
                                                      gpuml::kernels::KnnSearchOptions::from(gpuml::config()), &stats);
       EXPECT_GE(stats.list_batches, 1u);
       EXPECT_EQ(stats.list_overflows, 0u);
-      // The same search with heaps, and without the bounding pass, chosen per call: the same neighbours.
+      EXPECT_EQ(stats.dense_samples > 0, (std::is_same_v<T, float>));
+      // The same search with heaps, without the bounding pass, and bounded by the sample's heaps instead of its
+      // values written whole, chosen per call: the same neighbours (the last: the same values bit for bit).
+      auto heap_bound_options = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+      heap_bound_options.dense_samples = false;
+      const auto heap_bound = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, heap_bound_options);
+      EXPECT_EQ(heap_bound.indices, got.indices);
+      EXPECT_EQ(heap_bound.distances, got.distances);
       gpuml::kernels::KnnSearchStats heap_stats, plain_stats;
       const auto heaps = gpuml::kernels::knn_search<T>(*device, db, q, k, m, nullptr, {.candidate_lists = false}, &heap_stats);
       EXPECT_EQ(heap_stats.list_batches, 0u);

@@ -15,6 +15,8 @@ namespace gpuml::algorithms {
 struct KnnSearchStats {
   double device_ms = -1;  // GPU time of its kernels (timestamps; negative where the queue has none)
   std::uint64_t sample_rows = 0;  // database rows read by the bounding sample passes (0: none ran)
+  // Bounding samples whose values were written whole and their k-th picked (instead of heaps): one per (block, batch).
+  std::uint64_t dense_samples = 0;
   // (block, query batch) pairs finished from candidate lists, and those whose lists overflowed and were searched
   // again with heaps.
   std::uint64_t list_batches = 0, list_overflows = 0;
@@ -29,8 +31,8 @@ struct KnnSearchStats {
   std::uint64_t boundary_queries = 0;
 
   /// Where the search's time went, in milliseconds. On the device (timestamps; negative where the queue has none):
-  /// the queries' squared norms and float16 rows (load), the bounding heap pass over a sample and its merge
-  /// (sample), the bounding list pass over a larger sample and its gather (bound), the list or heap pass over the
+  /// the queries' squared norms and float16 rows (load), the bounding pass over a sample (its values and their k-th
+  /// per query, or heaps and their merge: sample), the bounding list pass over a larger sample and its gather (bound), the list or heap pass over the
   /// database (scan), the gather of its lists or the exact distances of its k best (gather), the results' copy back
   /// (read); zeros from a search that never ran on a device (device_ms then says -1). On the host (wall time, from
   /// when the search holds its workspace): plan, buffers, kernels and the database's float16 rows (setup), the
@@ -52,6 +54,7 @@ struct KnnSearchStats {
     ms.add(other.ms);
     add_device_ms(device_ms, other.device_ms);
     sample_rows += other.sample_rows;
+    dense_samples += other.dense_samples;
     list_batches += other.list_batches;
     list_overflows += other.list_overflows;
     coop_passes += other.coop_passes;

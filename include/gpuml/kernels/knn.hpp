@@ -115,9 +115,10 @@ struct KnnSearchOptions {
   std::uint64_t sample_fraction = Config::kDefaultKnnSample;  // the bounding pass samples 1/F of a block; 0: none
   bool candidate_lists = true;                                 // false: heaps always
   bool cooperative_matrices = true;                            // false: float32 list passes everywhere
+  bool dense_samples = true;  // false: the bounding sample always keeps heaps (KnnSearchPlan::dense_values)
   ProgressCallback on_progress;  // after each query batch of each database block: query rows x blocks done
   KnnTileChoice policy;          // the tile (none: resolved once for the search), k limit and list permission
-  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop(), {}, {}}; }
+  static KnnSearchOptions from(const Config& c) { return {c.knn_sample(), c.knn_append(), c.knn_coop(), true, {}, {}}; }
 };
 
 /// A matrix as float16 rows for knn_filter_coop.comp (knn_half.comp): every element times `scale`, a power of two
@@ -320,6 +321,7 @@ struct KnnPassShape {
   std::uint64_t d = 0, k = 0, batch_queries = 0, slots = 0;
   std::uint32_t merge_group = kKnnMergeGroup;
   bool squared_on_device = false;  // the passes form the k best pairs' squared distances (exact_squared)
+  std::uint64_t dense_values = 0;  // a dense bounding sample's values per query (KnnSearchPlan::dense_values)
 };
 
 /// Everything a search decides before it touches the device (plan_search): how it is cut into database blocks,
@@ -339,6 +341,10 @@ struct KnnSearchPlan {
   // (knn_exact_keys.comp): float32 (squared) euclidean searches of one database block on devices with float64.
   bool squared_on_device = false;
   KnnBoundSample first_sample;      // the first block's bounding passes (the sample buffers hold their heaps)
+  // The bounding sample written whole (knn_select.comp's kModeDense) and each query's k-th value picked
+  // (knn_gather.comp's DENSE) instead of heaps: its values per query (the first block's sample), or 0 for heaps.
+  // Float32 searches whose batch of sample values fits the scratch a search may take.
+  std::uint64_t dense_values = 0;
 
   /// Splits of the heap pass over a block of `rows` rows.
   std::uint64_t splits(std::uint64_t rows) const { return ceil_div(rows, cut.split_rows); }
@@ -349,7 +355,9 @@ struct KnnSearchPlan {
   }
   /// Whether a block runs its bounding passes `s` (at most the first block's splits, whose heaps the buffers hold).
   bool bounded(const KnnBoundSample& s) const { return s.splits > 0 && s.splits <= first_sample.splits; }
-  KnnPassShape pass_shape() const { return {tile, d, k, batch_queries, slots, cut.merge_group, squared_on_device}; }
+  KnnPassShape pass_shape() const {
+    return {tile, d, k, batch_queries, slots, cut.merge_group, squared_on_device, dense_values};
+  }
 };
 
 /// The plan of a search of m > 0 queries against n database rows of d features, in blocks of `block_rows` rows,
@@ -381,13 +389,13 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   if (!options.candidate_lists) lists_allowed = false;
   p.fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
   std::uint64_t slots = lists_allowed ? append_slots<T>(info, returned_k, k, p.fraction, coop_lists ? 2 : 1) : 0;
+  const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
+  // Lists (and a dense sample) of up to 256 MiB, or a sixteenth of the device's memory where that is more; at most a
+  // quarter of a configured device-memory limit.
+  const std::uint64_t memory = device_memory_budget(info);
+  std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, memory / 16);
+  if (config().device_memory_limit()) list_bytes = std::min(list_bytes, std::max<std::uint64_t>(memory / 4, 1ull << 20));
   if (slots) {
-    const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
-    // Lists of up to 256 MiB, or a sixteenth of the device's memory where that is more; at most a quarter of a
-    // configured device-memory limit.
-    const std::uint64_t memory = device_memory_budget(info);
-    std::uint64_t list_bytes = std::max<std::uint64_t>(256ull << 20, memory / 16);
-    if (config().device_memory_limit()) list_bytes = std::min(list_bytes, std::max<std::uint64_t>(memory / 4, 1ull << 20));
     const std::uint64_t budget = std::min(max_bytes / slots / s, list_bytes / (slots * (s + 4)));
     if (budget == 0) slots = 0;
     else if (budget < p.cut.batch_queries) p.cut = cut<T>(info, max_buffer_bytes, plan_tile, nb_first, m, d, k, budget);
@@ -398,6 +406,10 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   if (slots) p.first_sample = bound_sample_for_lists(tile, p.cut, nb_first, k, p.cpu, p.batch_queries, p.fraction);
   p.slots = slots;
   p.coop = slots && coop_lists;
+  if (std::is_same_v<T, float> && options.dense_samples && p.first_sample.splits) {
+    const std::uint64_t values = p.first_sample.splits * p.first_sample.rows;
+    if (p.batch_queries * values * s <= std::min(max_bytes, list_bytes)) p.dense_values = values;
+  }
   p.blocks = ceil_div(n, block_rows);
   p.batches = ceil_div(m, p.batch_queries);
   p.squared_on_device = std::is_same_v<T, float> && (metric == Metric::euclidean || metric == Metric::sqeuclidean) &&
@@ -417,7 +429,7 @@ struct KnnWorkspace {
   std::vector<T> best_squared;  // the pairs' squared distances formed on the device (KnnSearchPlan::squared_on_device)
   std::vector<int> best_count;
   vulkan::Buffer queries, query_norms, heap_v, heap_i, list_v, list_i, listed, out_v, out_i, sample_v, sample_i, upload,
-      readback, bound_v, bound_i, sample_listed, query_half, out_squared;
+      readback, bound_v, bound_i, sample_listed, query_half, out_squared, sample_dense;
   vulkan::Buffer pair_squared;  // knn_float64_squared's distances
   vulkan::Buffer status;  // CPU devices: set by a kernel that llvmpipe's loop limit cut short (host visible)
 
@@ -470,6 +482,7 @@ struct KnnWorkspace {
       fit(device, sample_v, plan.first_sample.splits * mb * k * s);
       fit(device, sample_i, plan.first_sample.splits * mb * k * u);
     }
+    if (plan.dense_values) fit(device, sample_dense, mb * plan.dense_values * s);
     // Staging: the queries in, and the counts and k best per query out (copied within the search's own submission).
     if (staged()) {
       fit(device, upload, mb * d * s, MemoryUse::upload);
@@ -558,12 +571,15 @@ struct KnnKernels {
   vulkan::KernelRef filter_coop;  // knn_filter_coop.comp: the list passes on cooperative matrices
   vulkan::KernelRef half;         // knn_half.comp: float16 rows for filter_coop
   vulkan::KernelRef exact_keys;   // knn_exact_keys.comp: the selected pairs' squared distances
+  vulkan::KernelRef dense;        // knn_select.comp writing a bounding sample's values whole
+  vulkan::KernelRef kth;          // knn_gather.comp picking each query's k-th value of them
 
-  /// knn_select.comp with `tile` for `metric`, keeping heaps or (`append`) appending to candidate lists; `cpu`: the
-  /// loop-limit report of CPU devices.
+  /// knn_select.comp with `tile` for `metric` in `mode` (heaps, candidate lists or a dense sample: knn_select.h's
+  /// kMode*); `cpu`: the loop-limit report of CPU devices.
   template <class T>
-  static vulkan::KernelRef make_select(vulkan::Device& device, const KnnTileParams& tile, Metric metric, bool append, bool cpu) {
-    return device.kernel(shaders::knn_select_kernel::spec<T>(tile.constants(knn_metric_code(metric), append, cpu)));
+  static vulkan::KernelRef make_select(vulkan::Device& device, const KnnTileParams& tile, Metric metric, std::uint32_t mode,
+                                       bool cpu) {
+    return device.kernel(shaders::knn_select_kernel::spec<T>(tile.constants(knn_metric_code(metric), mode, cpu)));
   }
   template <class T>
   static vulkan::KernelRef make_merge(vulkan::Device& device) {
@@ -571,21 +587,22 @@ struct KnnKernels {
         spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})));
   }
   /// knn_gather.comp for lists of `slots` slots; `exact`: it forms the values of the listed pairs (filter_coop's
-  /// lists hold indices only).
+  /// lists hold indices only); `dense`: it picks the k-th value of a dense sample (no lists: two slots).
   template <class T>
-  static vulkan::KernelRef make_gather(vulkan::Device& device, std::uint64_t slots, bool exact, bool cpu) {
+  static vulkan::KernelRef make_gather(vulkan::Device& device, std::uint64_t slots, bool exact, bool cpu, bool dense = false) {
     namespace shader = gather_interface;
-    return device.kernel(shaders::knn_gather_kernel::spec<T>(
-        spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kKnnGatherThreads},
-                                            {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
-                                            {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u}})));
+    return device.kernel(shaders::knn_gather_kernel::spec<T>(spec_constants(
+        shader::kSpecCount, {{shader::kSpecThreads, kKnnGatherThreads},
+                             {shader::kSpecCapacity, static_cast<std::uint32_t>(dense ? 2 : slots)},
+                             {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u},
+                             {shader::kSpecDense, dense ? 1u : 0u}})));
   }
 
   /// Those that `plan` uses, for `metric`.
   template <class T>
   static KnnKernels for_plan(vulkan::Device& device, const knn_detail::KnnSearchPlan& plan, Metric metric) {
     KnnKernels k;
-    k.select = make_select<T>(device, plan.tile, metric, false, plan.cpu);
+    k.select = make_select<T>(device, plan.tile, metric, select_interface::kModeHeaps, plan.cpu);
     k.merge = make_merge<T>(device);
     if constexpr (std::is_same_v<T, float>) {
       if (plan.coop) {
@@ -602,8 +619,12 @@ struct KnnKernels {
             {{exact_keys_interface::kSpecLoopGuard, plan.cpu ? 1u : 0u}, {exact_keys_interface::kSpecFloat64Distances, 0u}})));
     }
     if (plan.slots) {
-      k.append = make_select<T>(device, plan.tile, metric, true, plan.cpu);
+      k.append = make_select<T>(device, plan.tile, metric, select_interface::kModeLists, plan.cpu);
       k.gather = make_gather<T>(device, plan.slots, k.filter_coop != nullptr, plan.cpu);
+    }
+    if (plan.dense_values) {
+      k.dense = make_select<T>(device, plan.tile, metric, select_interface::kModeDense, plan.cpu);
+      k.kth = make_gather<T>(device, 0, false, plan.cpu, true);
     }
     return k;
   }
@@ -713,6 +734,48 @@ class KnnPasses {
                     {shader::kBindingValues, v}, {shader::kBindingIndices, i}, {shader::kBindingBound, bounds ? *bounds : v},
                     {shader::kBindingListed, i}, {shader::kBindingStatus, ws_.status}},  // no lists: any buffer
                    push, query_tiles(), static_cast<std::uint32_t>(n_splits));
+  }
+
+  /// The bounding sample's pass: each query's k-th best value over `sample`'s splits (sample.splits of sample.rows
+  /// rows, sample.stride apart) at element q x k of ws.sample_v, where a merged heap's root is read as a bound. The
+  /// sample's values written whole and their k-th picked where the shape has room for them (dense_values), the same
+  /// value as the root of its heaps (the kernels form the same values); heaps, merged, otherwise. Returns whether
+  /// it was dense.
+  bool sample_pass(const knn_detail::KnnBoundSample& sample) {
+    const std::uint64_t values = sample.splits * sample.rows;
+    if (!kernels_.dense || values > shape_.dense_values) {
+      heap_pass(sample.splits, sample.rows, sample.stride, nullptr, ws_.sample_v, ws_.sample_i);
+      merge_heaps(ws_.sample_v, ws_.sample_i, sample.splits);
+      return false;
+    }
+    {
+      const select_interface::Push push{.m = std::uint32_t(mb_), .n = std::uint32_t(block_->rows),
+                                        .d = std::uint32_t(shape_.d), .k = std::uint32_t(shape_.k),
+                                        .split_rows = std::uint32_t(sample.rows), .base = std::uint32_t(block_->first),
+                                        .split_stride = std::uint32_t(sample.stride), .bounded = 0u,
+                                        .cap = std::uint32_t(values)};
+      namespace shader = select_interface;
+      cmds_.dispatch(kernels_.dense,
+                     {{shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                      {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
+                      {shader::kBindingValues, ws_.sample_dense}, {shader::kBindingIndices, ws_.sample_i},
+                      {shader::kBindingBound, ws_.sample_v}, {shader::kBindingListed, ws_.sample_i},
+                      {shader::kBindingStatus, ws_.status}},  // values only: any buffer for the rest
+                     push, query_tiles(), static_cast<std::uint32_t>(sample.splits));
+    }
+    cmds_.barrier();
+    const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(values),
+                                      .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
+    const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
+    namespace shader = gather_interface;
+    cmds_.dispatch(kernels_.kth,
+                   {{shader::kBindingListValues, ws_.sample_dense}, {shader::kBindingListIndices, ws_.sample_i},
+                    {shader::kBindingListed, ws_.sample_i}, {shader::kBindingOutValues, ws_.sample_v},
+                    {shader::kBindingOutIndices, ws_.sample_i}, {shader::kBindingQueries, ws_.queries},
+                    {shader::kBindingRows, block_->x}, {shader::kBindingQueryNorms, ws_.query_norms},
+                    {shader::kBindingRowNorms, block_->norms}, {shader::kBindingStatus, ws_.status}},
+                   push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
+    return true;
   }
 
   /// Merges the heaps of n_splits splits (heap_pass) into split 0's, the shape's merge group at a time.
@@ -917,8 +980,7 @@ bool search_block_batch(vulkan::Device& device, KnnPasses<T>& passes, KnnWorkspa
   if (lists) passes.clear_counts(ws.listed);
   if (list_sample) passes.clear_counts(ws.sample_listed);
   if (bounded) {
-    passes.heap_pass(sample.splits, sample.rows, sample.stride, nullptr, ws.sample_v, ws.sample_i);
-    passes.merge_heaps(ws.sample_v, ws.sample_i, sample.splits);
+    if (passes.sample_pass(sample)) ++st.dense_samples;
     passes.barrier();
     st.sample_rows += sample.splits * sample.rows;
     passes.mark(KnnPasses<T>::kMarkSampled);

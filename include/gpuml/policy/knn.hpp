@@ -45,13 +45,14 @@ struct KnnTileParams {
       return "tm and tn must be multiples of 4 (tn at most 32), the rest positive";
     return workgroup_misfit(d, wx, wy, shared_bytes<T>());
   }
-  /// Specialisation constants: the tile, the metric (see knn_metric_code), the mode (1: candidate lists) and the
-  /// loop-limit report (CPU devices, see shaders/common.glsl).
-  std::vector<std::uint32_t> constants(std::uint32_t metric_code, bool append = false, bool loop_guard = false) const {
+  /// Specialisation constants: the tile, the metric (see knn_metric_code), the mode (heaps, candidate lists or a
+  /// dense sample: knn_select.h's kMode*) and the loop-limit report (CPU devices, see shaders/common.glsl).
+  std::vector<std::uint32_t> constants(std::uint32_t metric_code, std::uint32_t mode = select_interface::kModeHeaps,
+                                       bool loop_guard = false) const {
     namespace shader = select_interface;
     return spec_constants(shader::kSpecCount, {{shader::kSpecWX, wx}, {shader::kSpecWY, wy}, {shader::kSpecTM, tm},
                                                {shader::kSpecTN, tn}, {shader::kSpecBK, bk}, {shader::kSpecMetric, metric_code},
-                                               {shader::kSpecAppend, append ? 1u : 0u},
+                                               {shader::kSpecMode, mode},
                                                {shader::kSpecLoopGuard, loop_guard ? 1u : 0u}});
   }
 };
