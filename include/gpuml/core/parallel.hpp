@@ -2,6 +2,9 @@
 // per device or shard.
 #pragma once
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
 #include <gpuml/core/config.hpp>
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +29,97 @@ inline int host_threads() {
 /// Calls fn(chunk_index, begin, end) for the chunks [i*chunk, min((i+1)*chunk, n)).
 /// Chunks are handed out statically (chunk i to thread i % threads), so per-chunk results can be
 /// combined later in chunk order and the outcome does not depend on the thread count.
+namespace parallel_detail {
+
+/// The threads parallel_chunks runs on: started once per process (at its first parallel call), waiting between
+/// calls, since starting and joining a thread per call cost more than the work of a short call (a k-NN search's
+/// per-query finish). One call at a time: a call made while another runs, from a pool thread (nested), or wanting
+/// more threads than the pool has, starts threads of its own as before. A forked child (a Python worker process)
+/// gets a new pool: the parent's threads do not exist there.
+class ChunkPool {
+ public:
+  static ChunkPool& get() {
+    static const bool registered = [] {
+#if defined(__unix__) || defined(__APPLE__)
+      pthread_atfork(nullptr, nullptr, [] { instance() = nullptr; });  // the old pool is left behind, unused
+#endif
+      return true;
+    }();
+    (void)registered;
+    static std::mutex creating;
+    std::lock_guard lock(creating);
+    if (!instance()) instance() = new ChunkPool();  // never destroyed: its threads wait until the process ends
+    return *instance();
+  }
+
+  /// Runs task(t) for t in [0, threads), t = 0 on the calling thread; false (nothing run) where the pool cannot
+  /// take the call. `task` must not throw.
+  bool run(int threads, const std::function<void(int)>& task) {
+    if (in_pool_thread() || threads - 1 > static_cast<int>(workers_.size())) return false;
+    std::unique_lock job(job_mutex_, std::try_to_lock);
+    if (!job.owns_lock()) return false;
+    {
+      std::lock_guard lock(mutex_);
+      task_ = &task;
+      wanted_ = threads;
+      next_ = 1;
+      remaining_ = threads - 1;
+      ++generation_;
+    }
+    work_.notify_all();
+    task(0);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return remaining_ == 0; });
+    task_ = nullptr;
+    return true;
+  }
+
+ private:
+  ChunkPool() {
+    const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    try {
+      for (int t = 1; t < hardware; ++t) workers_.emplace_back([this] { serve(); });
+    } catch (const std::system_error&) {
+      // Fewer threads (process limits): calls that want more start their own.
+    }
+    for (auto& w : workers_) w.detach();
+  }
+  static ChunkPool*& instance() {
+    static ChunkPool* pool = nullptr;
+    return pool;
+  }
+  static bool& in_pool_thread() {
+    thread_local bool in_pool = false;
+    return in_pool;
+  }
+  void serve() {
+    in_pool_thread() = true;
+    std::unique_lock lock(mutex_);
+    std::uint64_t seen = 0;
+    for (;;) {
+      work_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      while (next_ < wanted_) {
+        const int t = next_++;
+        const auto* task = task_;
+        lock.unlock();
+        (*task)(t);
+        lock.lock();
+        if (--remaining_ == 0) done_.notify_all();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex job_mutex_, mutex_;
+  std::condition_variable work_, done_;
+  const std::function<void(int)>* task_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int wanted_ = 0, next_ = 0, remaining_ = 0;
+};
+
+}  // namespace parallel_detail
+
 template <class Fn>
 void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
   if (n <= 0) return;
@@ -48,6 +142,10 @@ void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
       if (!failure) failure = std::current_exception();
     }
   };
+  if (parallel_detail::ChunkPool::get().run(threads, std::function<void(int)>(std::ref(guarded)))) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);
   int spawned = 1;

@@ -135,7 +135,7 @@ namespace knn_detail {
 /// products of two scales stay normal floats.
 template <class T>
 float half_scale(MatrixView<T> X, std::int64_t first, std::int64_t last) {
-  const std::int64_t chunk = 1 << 12, n_chunks = ceil_div(std::max<std::int64_t>(last - first, 0), chunk);
+  const std::int64_t chunk = 1 << 10, n_chunks = ceil_div(std::max<std::int64_t>(last - first, 0), chunk);
   std::vector<T> largest(static_cast<std::size_t>(n_chunks), T(0));
   parallel_chunks(last - first, chunk, [&](std::int64_t c, std::int64_t b, std::int64_t e) {
     T most = 0;

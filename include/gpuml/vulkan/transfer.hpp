@@ -19,7 +19,7 @@ inline constexpr VkDeviceSize kStagingChunk = VkDeviceSize(64) << 20;
 namespace transfer_detail {
 /// memcpy across the worker threads: one thread cannot saturate a PCIe link writing to host-visible memory.
 inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
-  constexpr std::int64_t kPiece = std::int64_t(4) << 20;
+  constexpr std::int64_t kPiece = std::int64_t(1) << 20;  // a batch of queries (a few MiB) on several threads too
   const std::int64_t pieces = static_cast<std::int64_t>((bytes + kPiece - 1) / kPiece);
   parallel_chunks(pieces, 1, [&](std::int64_t, std::int64_t b, std::int64_t e) {
     const std::size_t lo = static_cast<std::size_t>(b * kPiece), hi = std::min(bytes, static_cast<std::size_t>(e * kPiece));
