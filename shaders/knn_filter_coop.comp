@@ -41,6 +41,8 @@
 layout(local_size_x = 128) in;
 // Float16 pairs (uints) of the queries' rows kept in shared memory for the whole pass, or 0: staged every step.
 layout(constant_id = kSpecResidentPairs) const uint RESIDENT_PAIRS = 0;
+// With resident queries whose pairs are a multiple of 16: rows staged 32 features a step (see below).
+layout(constant_id = kSpecWideSteps) const bool WIDE = false;
 
 const uint BM = kBlockQueries, BN = kBlockRows, WM = 64, WN = 64, FM = WM / 16, FN = WN / 16;
 #define F16_16X16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -55,29 +57,40 @@ layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { floa
 // Float16 pairs (uints) per step: 16 features. The staged rows are SK = KP + 4 uints apart, so that the 8 rows of
 // 16 bytes that a fragment load reads at once fall on different banks (KP apart, rows 4 apart share them); resident
 // queries are SQ = RESIDENT_PAIRS + 4 apart, for the same reason (4 times an odd number, modulo 32 banks).
+// With resident queries whose pairs are a multiple of 16 (WIDE, set by the host), rows are staged 32 features a step in one buffer
+// (RS = 20 uints apart, as large as the two of 16): half the steps, each with a barrier before the staging and one
+// after, instead of one.
 const uint KP = kStepPairs, SK = kStagedStride, SQ = RESIDENT_PAIRS + kPadPairs;
 const bool RESIDENT = RESIDENT_PAIRS != 0;
+const uint RSTEP = WIDE ? 2 * KP : KP, RS = RSTEP + kPadPairs, PARTS = RSTEP / 4;  // a row's uvec4s per step
 layout(std430, binding = kBindingQueryHalf) readonly restrict buffer QHalf4 { uvec4 qh4[]; };
 layout(std430, binding = kBindingRowHalf) readonly restrict buffer XHalf4 { uvec4 xh4[]; };
 shared uint qs[RESIDENT ? BM * SQ : 2 * BM * SK];  // the queries whole, or the step's double buffered
 shared uint xs[2 * BN * SK];                       // the step's database rows
 
 // Thread t's share of a step's operands: uvec4 v = t + 128 h of the queries' (row v / 2, half v % 2 of the step)
-// and of the rows'. Rows are padded (queries to the tile, the block by a tile), so no load is out of range.
-void fetch(uint row0, uint col0, uint k0, bool queries, inout uvec4 q[2], out uvec4 x[2]) {
+// and of the rows' (row v / PARTS, part v % PARTS). Rows are padded (queries to the tile, the block by a tile), so no
+// load is out of range.
+void fetch(uint row0, uint col0, uint k0, bool queries, inout uvec4 q[2], out uvec4 x[4]) {
   [[unroll]] for (uint h = 0; h < 2; ++h) {
-    const uint v = gl_LocalInvocationID.x + 128 * h, r = v / 2, part = 4 * (v % 2);
-    if (queries) q[h] = qh4[((row0 + r) * p.pairs + k0 + part) / 4];
-    x[h] = xh4[((col0 + r) * p.pairs + k0 + part) / 4];
+    const uint v = gl_LocalInvocationID.x + 128 * h;
+    if (queries) q[h] = qh4[((row0 + v / 2) * p.pairs + k0 + 4 * (v % 2)) / 4];
+  }
+  [[unroll]] for (uint h = 0; h < 4; ++h) {
+    const uint v = gl_LocalInvocationID.x + 128 * h;
+    if (h < 2 * RSTEP / KP) x[h] = xh4[((col0 + v / PARTS) * p.pairs + k0 + 4 * (v % PARTS)) / 4];
   }
 }
-void stage(uint buf, bool queries, uvec4 q[2], uvec4 x[2]) {
+void stage(uint buf, bool queries, uvec4 q[2], uvec4 x[4]) {
   [[unroll]] for (uint h = 0; h < 2; ++h) {
     const uint v = gl_LocalInvocationID.x + 128 * h, at = (v / 2) * SK + 4 * (v % 2);
-    [[unroll]] for (uint c = 0; c < 4; ++c) {
+    [[unroll]] for (uint c = 0; c < 4; ++c)
       if (queries) qs[buf * BM * SK + at + c] = q[h][c];
-      xs[buf * BN * SK + at + c] = x[h][c];
-    }
+  }
+  [[unroll]] for (uint h = 0; h < 4; ++h) {
+    const uint v = gl_LocalInvocationID.x + 128 * h, at = (WIDE ? 0 : buf * BN * RS) + (v / PARTS) * RS + 4 * (v % PARTS);
+    [[unroll]] for (uint c = 0; c < 4; ++c)
+      if (h < 2 * RSTEP / KP) xs[at + c] = x[h][c];
   }
 }
 
@@ -133,7 +146,7 @@ void main() {
   // With one step per tile (d <= 16) the queries' operands are the same in every step: staged in both buffers
   // once, then only the rows'.
   const bool one_step = !RESIDENT && p.pairs == KP, step_queries = !RESIDENT && !one_step;
-  uvec4 next_q[2], next_x[2];
+  uvec4 next_q[2], next_x[4];
   fetch(row0, col0, 0, !RESIDENT, next_q, next_x);
   // The lane's two row terms of the tile, read with the tile's first operands (the next tile's during its last step).
   vec2 row_terms = vec2(xterm[col0 + WN * sx + lane], xterm[col0 + WN * sx + 32 + lane]), next_row_terms = row_terms;
@@ -147,20 +160,24 @@ void main() {
     F32_16X16 acc[FM][FN];
     [[unroll]] for (uint i = 0; i < FM; ++i)
       [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = F32_16X16(0.0);
-    for (uint k0 = 0; k0 < p.pairs; k0 += KP) {
-      const bool last = k0 + KP == p.pairs;
-      const uint next_k = last ? 0 : k0 + KP, next_col = last ? col0 + BN : col0;
+    for (uint k0 = 0; k0 < p.pairs; k0 += RSTEP) {
+      const bool last = k0 + RSTEP == p.pairs;
+      const uint next_k = last ? 0 : k0 + RSTEP, next_col = last ? col0 + BN : col0;
       const bool ahead = next_col < c_end;  // uniform over the workgroup
       if (ahead) fetch(row0, next_col, next_k, step_queries, next_q, next_x);
       if (last && ahead) next_row_terms = vec2(xterm[next_col + WN * sx + lane], xterm[next_col + WN * sx + 32 + lane]);
-      F16_16X16 a[FM], b[FN];
-      [[unroll]] for (uint i = 0; i < FM; ++i) {
-        if (RESIDENT) coopMatLoadNV(a[i], qs, (WM * sy + 16 * i) * SQ + k0, SQ, false);
-        else coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
+      [[unroll]] for (uint ks = 0; ks < RSTEP / KP; ++ks) {
+        F16_16X16 a[FM], b[FN];
+        [[unroll]] for (uint i = 0; i < FM; ++i) {
+          if (RESIDENT) coopMatLoadNV(a[i], qs, (WM * sy + 16 * i) * SQ + k0 + KP * ks, SQ, false);
+          else coopMatLoadNV(a[i], qs, buf * BM * SK + (WM * sy + 16 * i) * SK, SK, false);
+        }
+        [[unroll]] for (uint j = 0; j < FN; ++j)
+          coopMatLoadNV(b[j], xs, (WIDE ? 0 : buf * BN * RS) + (WN * sx + 16 * j) * RS + KP * ks, RS, true);
+        [[unroll]] for (uint i = 0; i < FM; ++i)
+          [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
       }
-      [[unroll]] for (uint j = 0; j < FN; ++j) coopMatLoadNV(b[j], xs, buf * BN * SK + (WN * sx + 16 * j) * SK, SK, true);
-      [[unroll]] for (uint i = 0; i < FM; ++i)
-        [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+      if (WIDE) barrier();  // one buffer: every subgroup's reads of it are done before it is staged again
       if (ahead) stage(buf ^ 1u, step_queries, next_q, next_x);
       memoryBarrierShared();
       barrier();

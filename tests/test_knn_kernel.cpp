@@ -348,7 +348,8 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
   // the origin (norms dozens of times the distances, where the bound is widest against them), rows of very
   // different scales, exact duplicates; d below, at and above a multiple of 16, with and without 4-vector rows;
   // batches and databases that are not multiples of the 128 x 128 tile; resident and streamed databases; queries
-  // kept in shared memory for the whole pass (d up to 128 with 48 KiB) and staged every step (d = 130).
+  // kept in shared memory for the whole pass (d up to 128 with 48 KiB; rows staged 32 features a step where d is a
+  // multiple of 32: d = 96) and staged every step (d = 130).
   const bool coop = std::is_same_v<T, float> && device->info().coop_matrix_f16;
   struct Shape {
     Eigen::Index n, m;
@@ -356,7 +357,7 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
     double offset;
   };
   const Shape shapes[] = {Shape{60013, 301, 36, 10, 2.0}, Shape{40009, 129, 130, 64, 0.0}, Shape{50021, 77, 16, 1, 3.0},
-                          Shape{30011, 140, 7, 40, 0.0}};
+                          Shape{30011, 140, 7, 40, 0.0}, Shape{30029, 150, 96, 20, 1.0}};
   // Without cooperative matrices every shape runs the plain list passes that the other tests cover: one shape checks
   // that the filter is not used there.
   for (const Shape s : std::span(shapes, coop ? std::size(shapes) : 1)) {

@@ -607,9 +607,12 @@ struct KnnKernels {
     if constexpr (std::is_same_v<T, float>) {
       if (plan.coop) {
         const auto& info = device.info();
+        const std::uint32_t resident = knn_coop_resident_pairs(plan.d, info.max_shared_memory);
         k.filter_coop = device.kernel(shaders::knn_filter_coop_kernel::spec<T>(
             spec_constants(filter_coop_interface::kSpecCount,
-                           {{filter_coop_interface::kSpecResidentPairs, knn_coop_resident_pairs(plan.d, info.max_shared_memory)}}),
+                           {{filter_coop_interface::kSpecResidentPairs, resident},
+                            {filter_coop_interface::kSpecWideSteps, resident % (2 * filter_coop_interface::kStepPairs) == 0 &&
+                                                                     resident != 0}}),
             info.min_subgroup_size != info.max_subgroup_size ? 32u : 0u));
         k.half = device.kernel(shaders::knn_half_kernel::spec<T>(spec_constants(half_interface::kSpecCount, {})));
       }

@@ -14,7 +14,8 @@ GPUML_CONSTANT(kBindingBound, 6)       // the queries' bounds, k apart
 GPUML_CONSTANT(kBindingCount, 7)
 
 GPUML_CONSTANT(kSpecResidentPairs, 0)  // the queries' uints kept in shared memory whole, or 0 (staged per step)
-GPUML_CONSTANT(kSpecCount, 1)
+GPUML_CONSTANT(kSpecWideSteps, 1)      // 1: resident queries whose pairs are a multiple of 16 (rows 32 features a step)
+GPUML_CONSTANT(kSpecCount, 2)
 
 // Queries and database rows per workgroup tile.
 GPUML_CONSTANT(kBlockQueries, 128)
