@@ -7,11 +7,13 @@
 // against a large database still fill the device.
 //
 // Bounded searches with candidate lists (the usual case: k up to 128 with 48 KiB of shared memory, 64 with 32 KiB;
-// knn_detail::append_slots). A heap pass over about 1/256 of the block (a few splits, each keeping the k best per
-// query in a bounded heap; merged) bounds a list pass over 1/16 of it, spread over the block and containing the
-// first; knn_gather.comp sorts that pass's lists, and its k-th best value per query, about the 16 k-th best of the
-// block, bounds the whole block's list pass. Every pair at most its query's bound is appended to the query's list
-// (about 16 k of them), and knn_gather.comp keeps the k best of each list (knn_detail::bound_sample_for_lists).
+// knn_detail::append_slots). A sample of about 1/F^2 of the block (F = knn_sample_fraction: 16 for small k, less for
+// larger k and d; a few splits, their values written whole and each query's k-th picked by radix rounds, or where
+// they do not fit heaps keeping the k best per query, merged) bounds a list pass over 1/F of it, spread over the
+// block and containing the first; knn_gather.comp keeps the k best of that pass's lists, and its k-th best value
+// per query, about the F k-th best of the block, bounds the whole block's list pass. Every pair at most its query's
+// bound is appended to the query's list (about F k of them), and knn_gather.comp keeps the k best of each list
+// (knn_detail::bound_sample_for_lists).
 // On devices with VK_NV_cooperative_matrix, the list passes of float32 (squared) euclidean searches run on tensor
 // cores instead (knn_filter_coop.comp: float16 products and a rigorous bound on their error pick candidates, a
 // superset of the pairs under the bound; knn_gather.comp forms their values exactly as knn_select.comp does), so
@@ -67,6 +69,7 @@
 #include <gpuml/vulkan/transfer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -239,6 +242,18 @@ struct KnnBoundSample {
 };
 inline constexpr std::uint64_t kKnnSampleFraction = Config::kDefaultKnnSample;
 
+/// The sample fraction of a search of d features keeping k pairs per query, from the configured F (KnnSearchOptions,
+/// Config's knn_sample): F ((16 / k) (128 / d)^(2/3))^(1/3), at most F and at least 2 (0: no sample). The bounding
+/// passes form about n / F^2 sample values per query, each at a cost that hardly depends on d, and exact values
+/// of about F k candidates, each reading a row (a cost that grows about as d^(2/3)): the cheapest F falls as the
+/// cube root of their ratio. F itself is the fraction for k = 16 at d = 128, and for any smaller k or d.
+inline std::uint64_t knn_sample_fraction(std::uint64_t configured, std::uint64_t k, std::uint64_t d) {
+  if (configured == 0) return 0;
+  const double ratio = (16.0 / double(std::max<std::uint64_t>(k, 1))) * std::pow(128.0 / double(std::max<std::uint64_t>(d, 1)), 2.0 / 3);
+  const double scaled = double(configured) * std::min(1.0, std::cbrt(ratio));
+  return std::max<std::uint64_t>(2, static_cast<std::uint64_t>(std::lround(scaled)));
+}
+
 /// Candidate-list slots per query for a bounded search (knn_select.comp, "Append"), or 0 for heaps: about twice the
 /// pairs expected under the bound (the bound is about the fraction x k-th best value of the block), rounded up to
 /// a power of two, where knn_gather.comp can sort that many in shared memory.
@@ -387,7 +402,7 @@ KnnSearchPlan plan_search(const vulkan::DeviceInfo& info, std::uint64_t max_buff
   // The bounding sample pass (its splits are at most the search's, so its heaps fit where the search's do) and,
   // where the lists fit, candidate lists instead of heaps for the bounded pass; the lists bound the query batch.
   if (!options.candidate_lists) lists_allowed = false;
-  p.fraction = options.sample_fraction == 1 ? 2 : options.sample_fraction;
+  p.fraction = knn_sample_fraction(options.sample_fraction, k, d);
   std::uint64_t slots = lists_allowed ? append_slots<T>(info, returned_k, k, p.fraction, coop_lists ? 2 : 1) : 0;
   const std::uint64_t max_bytes = std::min<std::uint64_t>(max_buffer_bytes, std::uint64_t(UINT32_MAX));
   // Lists (and a dense sample) of up to 256 MiB, or a sixteenth of the device's memory where that is more; at most a
@@ -1111,9 +1126,12 @@ void select_on_device(vulkan::Device& device, MatrixView<T> database, MatrixView
         if (plan.squared_on_device) {
           const auto at = squared.begin() + static_cast<std::ptrdiff_t>(q0 * k);
           if (const float* sq = passes.squared()) {
-            std::copy_n(sq, mb * k, at);
-            st.squared_on_device += static_cast<std::uint64_t>(
-                std::count_if(sq, sq + mb * k, [](float v) { return v > 0.0f; }));
+            std::atomic<std::uint64_t> formed{0};
+            parallel_chunks(static_cast<std::int64_t>(mb), 256, [&](std::int64_t, std::int64_t b, std::int64_t e) {
+              std::copy(sq + b * k, sq + e * k, at + b * k);
+              formed += static_cast<std::uint64_t>(std::count_if(sq + b * k, sq + e * k, [](float v) { return v > 0.0f; }));
+            });
+            st.squared_on_device += formed.load();
           } else {
             std::fill_n(at, mb * k, std::numeric_limits<float>::quiet_NaN());
           }
