@@ -393,6 +393,14 @@ TYPED_TEST(KnnKernel, CooperativeMatrixListsMatchTheReference) {
       const auto streamed = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m);
       EXPECT_EQ(streamed.indices, got.indices);
       EXPECT_EQ(streamed.distances, got.distances);
+      // The plain float32 list passes (knn_select.comp) return the same lists and values, bit for bit.
+      auto plain_options = gpuml::kernels::KnnSearchOptions::from(gpuml::config());
+      plain_options.cooperative_matrices = false;
+      gpuml::kernels::KnnSearchStats plain_stats;
+      const auto plain = gpuml::kernels::knn_search<T>(*device, db, q, s.k, m, &resident, plain_options, &plain_stats);
+      EXPECT_EQ(plain_stats.coop_passes, 0u);
+      EXPECT_EQ(plain.indices, got.indices);
+      EXPECT_EQ(plain.distances, got.distances);
     }
   }
 }
