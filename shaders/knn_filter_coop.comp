@@ -57,9 +57,9 @@ layout(std430, binding = kBindingBound) readonly restrict buffer BoundBuf { floa
 // Float16 pairs (uints) per step: 16 features. The staged rows are SK = KP + 4 uints apart, so that the 8 rows of
 // 16 bytes that a fragment load reads at once fall on different banks (KP apart, rows 4 apart share them); resident
 // queries are SQ = RESIDENT_PAIRS + 4 apart, for the same reason (4 times an odd number, modulo 32 banks).
-// With resident queries whose pairs are a multiple of 16 (WIDE, set by the host), rows are staged 32 features a step in one buffer
-// (RS = 20 uints apart, as large as the two of 16): half the steps, each with a barrier before the staging and one
-// after, instead of one.
+// With resident queries whose pairs are a multiple of 16 (WIDE, set by the host), rows are staged 32 features a
+// step in one buffer (RS = 20 uints apart, as large as the two of 16): half the steps, each with a barrier before
+// the staging and one after, instead of one.
 const uint KP = kStepPairs, SK = kStagedStride, SQ = RESIDENT_PAIRS + kPadPairs;
 const bool RESIDENT = RESIDENT_PAIRS != 0;
 const uint RSTEP = WIDE ? 2 * KP : KP, RS = RSTEP + kPadPairs, PARTS = RSTEP / 4;  // a row's uvec4s per step
@@ -88,7 +88,8 @@ void stage(uint buf, bool queries, uvec4 q[2], uvec4 x[4]) {
       if (queries) qs[buf * BM * SK + at + c] = q[h][c];
   }
   [[unroll]] for (uint h = 0; h < 4; ++h) {
-    const uint v = gl_LocalInvocationID.x + 128 * h, at = (WIDE ? 0 : buf * BN * RS) + (v / PARTS) * RS + 4 * (v % PARTS);
+    const uint v = gl_LocalInvocationID.x + 128 * h;
+    const uint at = (WIDE ? 0 : buf * BN * RS) + (v / PARTS) * RS + 4 * (v % PARTS);
     [[unroll]] for (uint c = 0; c < 4; ++c)
       if (h < 2 * RSTEP / KP) xs[at + c] = x[h][c];
   }

@@ -20,9 +20,9 @@
 // ever queued and the warm-up of about k insertions per query and split disappears. The sample's own pairs are
 // formed by this same pipeline, so at least k real pairs pass and no sentinel reaches the result.
 //
-// Lists (MODE = kModeLists, always with bounds): no heaps. Every pair at most its query's bound is appended to the query's
-// candidate list (binding 4/5: p.cap slots per query, binding 7: the number appended, which may exceed p.cap: the
-// host then searches the batch again with heaps). knn_gather.comp picks the k best of each list. About fraction x k
+// Lists (MODE = kModeLists, always with bounds): no heaps. Every pair at most its query's bound is appended to the
+// query's candidate list (binding 4/5: p.cap slots per query, binding 7: the number appended, which may exceed p.cap:
+// the host then searches the batch again with heaps). knn_gather.comp picks the k best of each list. About fraction x k
 // pairs pass per query (the bound is about the fraction x k-th best of the block), so a tile costs its product, a
 // compare per value and, rarely, an atomic; no barrier and no round.
 //
@@ -155,7 +155,8 @@ void main() {
         for (uint j = 0; j < TN; ++j) {
           const uint c = tile_row_b(j), at = col0 + c - c_begin;
           if (at < p.split_rows)
-            hv[q * p.cap + split * p.split_rows + at] = col0 + c < c_end ? value_of(acc[i * TN + j], r, xa + c) : scalar_inf();
+            hv[q * p.cap + split * p.split_rows + at] =
+                col0 + c < c_end ? value_of(acc[i * TN + j], r, xa + c) : scalar_inf();
         }
       }
       continue;

@@ -36,7 +36,8 @@
 // the batching. Against the host engine the selected sets agree wherever values differ by more than rounding.
 //
 // A resident database (KnnDatabase) keeps the search's buffers between searches (KnnWorkspace): device memory of
-// about n_queries x (k + slots) pairs stays allocated until the database is destroyed.
+// about n_queries x (k + slots) pairs, and a batch's dense sample (within the lists' budget), stays allocated until
+// the database is destroyed.
 //
 // Code: knn_detail::plan_search decides the blocks, batches, splits and passes (KnnSearchPlan, a pure function of
 // the device's description, the shape, the options and the tile); KnnWorkspace holds the buffers, KnnKernels the
