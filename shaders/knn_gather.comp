@@ -147,20 +147,30 @@ void radix_round(uint count, bool index_round, uint value_prefix, uint prefix, u
   barrier();
 }
 
+// The rank-th smallest 32-bit key (four radix rounds, high digit first) of the count pairs as radix_round reads
+// them; rank becomes that key's rank among the pairs with its key, found[2] holds their number.
+uint radix_select(uint count, bool index_round, uint value_prefix, inout uint rank, uint list0) {
+  uint prefix = 0, mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    radix_round(count, index_round, value_prefix, prefix, mask, uint(shift), rank, list0);
+    prefix |= found[0] << shift;
+    mask |= 255u << shift;
+    rank = found[1];
+  }
+  return prefix;
+}
+
+// The value whose order bits (value_key) are `key`.
+float key_value(uint key) { return uintBitsToFloat((key & 0x80000000u) != 0 ? key & 0x7FFFFFFFu : ~key); }
+
 void main() {
   const uint q = linear_group_id(), tid = gl_LocalInvocationID.x;
   if (q >= p.m) return;  // uniform over the workgroup
   if (CUTS && DENSE != 0) {
     scalar kth = scalar_inf();
     if (p.k <= p.cap) {
-      uint prefix = 0, mask = 0, rank = p.k;
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        radix_round(p.cap, false, 0, prefix, mask, uint(shift), rank, q * p.cap);
-        prefix |= found[0] << shift;
-        mask |= 255u << shift;
-        rank = found[1];
-      }
-      kth = uintBitsToFloat((prefix & 0x80000000u) != 0 ? prefix & 0x7FFFFFFFu : ~prefix);
+      uint rank = p.k;
+      kth = key_value(radix_select(p.cap, false, 0, rank, q * p.cap));
     }
     if (tid == 0) ov[q * p.k] = kth;
     return;
@@ -188,25 +198,10 @@ void main() {
   barrier();
   if (cut) {
     // The k-th smallest key: value rounds, then index rounds where its value is tied past k.
-    uint prefix = 0, mask = 0, rank = p.k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      radix_round(count, false, 0, prefix, mask, uint(shift), rank, 0);
-      prefix |= found[0] << shift;
-      mask |= 255u << shift;
-      rank = found[1];
-    }
-    const uint value_prefix = prefix, ties = found[2];
-    const bool by_index = rank < ties;  // some pairs of the k-th value are left out: the lowest indices go in
-    uint index_prefix = 0xffffffffu;
-    if (by_index) {
-      index_prefix = 0, mask = 0;
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        radix_round(count, true, value_prefix, index_prefix, mask, uint(shift), rank, 0);
-        index_prefix |= found[0] << shift;
-        mask |= 255u << shift;
-        rank = found[1];
-      }
-    }
+    uint rank = p.k;
+    const uint value_prefix = radix_select(count, false, 0, rank, 0);
+    // Where some pairs of the k-th value are left out, the lowest indices go in.
+    const uint index_prefix = rank < found[2] ? radix_select(count, true, value_prefix, rank, 0) : 0xffffffffu;
     if (tid == 0) cut_size = 0;
     barrier();
     for (uint e = tid; e < count; e += THREADS) {

@@ -26,168 +26,6 @@ inline int host_threads() {
   return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-/// Calls fn(chunk_index, begin, end) for the chunks [i*chunk, min((i+1)*chunk, n)).
-/// Chunks are handed out statically (chunk i to thread i % threads), so per-chunk results can be
-/// combined later in chunk order and the outcome does not depend on the thread count.
-namespace parallel_detail {
-
-/// The threads parallel_chunks runs on: started once per process (at its first parallel call), waiting between
-/// calls, since starting and joining a thread per call cost more than the work of a short call (a k-NN search's
-/// per-query finish). One call at a time: a call made while another runs, from a pool thread (nested), or wanting
-/// more threads than the pool has, starts threads of its own as before. A forked child (a Python worker process)
-/// gets a new pool: the parent's threads do not exist there.
-class ChunkPool {
- public:
-  static ChunkPool& get() {
-    static const bool registered = [] {
-#if defined(__unix__) || defined(__APPLE__)
-      pthread_atfork(nullptr, nullptr, [] { instance() = nullptr; });  // the old pool is left behind, unused
-#endif
-      return true;
-    }();
-    (void)registered;
-    static std::mutex creating;
-    std::lock_guard lock(creating);
-    if (!instance()) instance() = new ChunkPool();  // never destroyed: its threads wait until the process ends
-    return *instance();
-  }
-
-  /// Runs task(t) for t in [0, threads), t = 0 on the calling thread; false (nothing run) where the pool cannot
-  /// take the call. `task` must not throw.
-  bool run(int threads, const std::function<void(int)>& task) {
-    if (in_pool_thread() || threads - 1 > static_cast<int>(workers_.size())) return false;
-    std::unique_lock job(job_mutex_, std::try_to_lock);
-    if (!job.owns_lock()) return false;
-    {
-      std::lock_guard lock(mutex_);
-      task_ = &task;
-      wanted_ = threads;
-      next_ = 1;
-      remaining_ = threads - 1;
-      ++generation_;
-    }
-    work_.notify_all();
-    task(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return remaining_ == 0; });
-    task_ = nullptr;
-    return true;
-  }
-
- private:
-  ChunkPool() {
-    const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    try {
-      for (int t = 1; t < hardware; ++t) workers_.emplace_back([this] { serve(); });
-    } catch (const std::system_error&) {
-      // Fewer threads (process limits): calls that want more start their own.
-    }
-    for (auto& w : workers_) w.detach();
-  }
-  static ChunkPool*& instance() {
-    static ChunkPool* pool = nullptr;
-    return pool;
-  }
-  static bool& in_pool_thread() {
-    thread_local bool in_pool = false;
-    return in_pool;
-  }
-  void serve() {
-    in_pool_thread() = true;
-    std::unique_lock lock(mutex_);
-    std::uint64_t seen = 0;
-    for (;;) {
-      work_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      while (next_ < wanted_) {
-        const int t = next_++;
-        const auto* task = task_;
-        lock.unlock();
-        (*task)(t);
-        lock.lock();
-        if (--remaining_ == 0) done_.notify_all();
-      }
-    }
-  }
-
-  std::vector<std::thread> workers_;
-  std::mutex job_mutex_, mutex_;
-  std::condition_variable work_, done_;
-  const std::function<void(int)>* task_ = nullptr;
-  std::uint64_t generation_ = 0;
-  int wanted_ = 0, next_ = 0, remaining_ = 0;
-};
-
-}  // namespace parallel_detail
-
-template <class Fn>
-void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
-  if (n <= 0) return;
-  const std::int64_t n_chunks = (n + chunk - 1) / chunk;
-  const int threads = static_cast<int>(std::min<std::int64_t>(host_threads(), n_chunks));
-  auto run = [&](int t) {
-    for (std::int64_t c = t; c < n_chunks; c += threads) fn(c, c * chunk, std::min(n, (c + 1) * chunk));
-  };
-  if (threads <= 1) {
-    run(0);
-    return;
-  }
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto guarded = [&](int t) {
-    try {
-      run(t);
-    } catch (...) {
-      std::lock_guard lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-    }
-  };
-  if (parallel_detail::ChunkPool::get().run(threads, std::function<void(int)>(std::ref(guarded)))) {
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  int spawned = 1;
-  try {
-    for (; spawned < threads; ++spawned) pool.emplace_back(guarded, spawned);
-  } catch (const std::system_error&) {
-    // No thread could be started (address space or process limits): the calling thread takes the rest.
-  }
-  for (int t = spawned; t < threads; ++t) guarded(t);
-  guarded(0);
-  for (auto& th : pool) th.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
-/// Runs work(i) for every i in [0, count) at once: i = 0 on the calling thread, each other on a thread of its own
-/// (one per device or shard, whatever the host thread cap, as each mostly waits on its device). Rethrows the first
-/// failure by index once all have finished, so no work outlives the call.
-template <class Work>
-void concurrently(std::size_t count, Work&& work) {
-  std::vector<std::exception_ptr> failed(count);
-  auto guarded = [&](std::size_t i) {
-    try {
-      work(i);
-    } catch (...) {
-      failed[i] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(count > 0 ? count - 1 : 0);
-  std::size_t spawned = 1;
-  try {
-    for (; spawned < count; ++spawned) threads.emplace_back(guarded, spawned);
-  } catch (const std::system_error&) {
-    // No thread could be started (process limits): the calling thread runs the rest in turn.
-  }
-  for (std::size_t i = spawned; i < count; ++i) guarded(i);
-  if (count > 0) guarded(0);
-  for (auto& t : threads) t.join();
-  for (auto& f : failed)
-    if (f) std::rethrow_exception(f);
-}
-
 /// Threads kept for work that runs on every shard at once, again and again (a sharded engine's steps): run(work)
 /// does what concurrently(count, work) does, on threads started once instead of at every call. Index 0 runs on the
 /// calling thread; the others on the team's threads, which wait between calls. Rethrows the first failure by index
@@ -271,5 +109,126 @@ class ShardThreads {
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
 };
+
+namespace parallel_detail {
+
+/// The threads parallel_chunks runs on: a ShardThreads team of one thread per hardware thread, started at the first
+/// parallel call of the process and never destroyed (its threads wait until the process ends), since starting and
+/// joining a thread per call cost more than the work of a short call (a k-NN search's per-query finish). One call at
+/// a time: a call made while another runs (from another thread, or nested in a call's work) or wanting more threads
+/// than the team has starts threads of its own. A forked child (a Python worker process) gets a new team: the
+/// parent's threads do not exist there.
+class ChunkPool {
+ public:
+  static ChunkPool& get() {
+    static const bool registered = [] {
+#if defined(__unix__) || defined(__APPLE__)
+      pthread_atfork(nullptr, nullptr, [] { instance() = nullptr; });  // the old team is left behind, unused
+#endif
+      return true;
+    }();
+    (void)registered;
+    static std::mutex creating;
+    std::lock_guard lock(creating);
+    if (!instance()) instance() = new ChunkPool();
+    return *instance();
+  }
+
+  /// Runs task(t) for t in [0, threads), t = 0 on the calling thread; false (nothing run) where the team cannot
+  /// take the call. `task` must not throw.
+  template <class Task>
+  bool run(int threads, Task& task) {
+    if (threads > static_cast<int>(team_.size())) return false;
+    std::unique_lock job(job_mutex_, std::try_to_lock);
+    if (!job.owns_lock()) return false;
+    team_.run([&](std::size_t t) {
+      if (static_cast<int>(t) < threads) task(static_cast<int>(t));
+    });
+    return true;
+  }
+
+ private:
+  ChunkPool() : team_(std::max(1u, std::thread::hardware_concurrency())) {}
+  static ChunkPool*& instance() {
+    static ChunkPool* pool = nullptr;
+    return pool;
+  }
+
+  ShardThreads team_;
+  std::mutex job_mutex_;
+};
+
+}  // namespace parallel_detail
+
+/// Calls fn(chunk_index, begin, end) for the chunks [i*chunk, min((i+1)*chunk, n)).
+/// Chunks are handed out statically (chunk i to thread i % threads), so per-chunk results can be
+/// combined later in chunk order and the outcome does not depend on the thread count.
+template <class Fn>
+void parallel_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
+  if (n <= 0) return;
+  const std::int64_t n_chunks = (n + chunk - 1) / chunk;
+  const int threads = static_cast<int>(std::min<std::int64_t>(host_threads(), n_chunks));
+  auto run = [&](int t) {
+    for (std::int64_t c = t; c < n_chunks; c += threads) fn(c, c * chunk, std::min(n, (c + 1) * chunk));
+  };
+  if (threads <= 1) {
+    run(0);
+    return;
+  }
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto guarded = [&](int t) {
+    try {
+      run(t);
+    } catch (...) {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (parallel_detail::ChunkPool::get().run(threads, guarded)) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  int spawned = 1;
+  try {
+    for (; spawned < threads; ++spawned) pool.emplace_back(guarded, spawned);
+  } catch (const std::system_error&) {
+    // No thread could be started (address space or process limits): the calling thread takes the rest.
+  }
+  for (int t = spawned; t < threads; ++t) guarded(t);
+  guarded(0);
+  for (auto& th : pool) th.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+/// Runs work(i) for every i in [0, count) at once: i = 0 on the calling thread, each other on a thread of its own
+/// (one per device or shard, whatever the host thread cap, as each mostly waits on its device). Rethrows the first
+/// failure by index once all have finished, so no work outlives the call.
+template <class Work>
+void concurrently(std::size_t count, Work&& work) {
+  std::vector<std::exception_ptr> failed(count);
+  auto guarded = [&](std::size_t i) {
+    try {
+      work(i);
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(count > 0 ? count - 1 : 0);
+  std::size_t spawned = 1;
+  try {
+    for (; spawned < count; ++spawned) threads.emplace_back(guarded, spawned);
+  } catch (const std::system_error&) {
+    // No thread could be started (process limits): the calling thread runs the rest in turn.
+  }
+  for (std::size_t i = spawned; i < count; ++i) guarded(i);
+  if (count > 0) guarded(0);
+  for (auto& t : threads) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
+}
 
 }  // namespace gpuml

@@ -603,13 +603,13 @@ struct KnnKernels {
         spec_constants(merge_interface::kSpecCount, {{merge_interface::kSpecThreads, kKnnMergeThreads}})));
   }
   /// knn_gather.comp for lists of `slots` slots; `exact`: it forms the values of the listed pairs (filter_coop's
-  /// lists hold indices only); `dense`: it picks the k-th value of a dense sample (no lists: two slots).
+  /// lists hold indices only); `dense`: it picks the k-th value of a dense sample (no lists: two slots will do).
   template <class T>
   static vulkan::KernelRef make_gather(vulkan::Device& device, std::uint64_t slots, bool exact, bool cpu, bool dense = false) {
     namespace shader = gather_interface;
     return device.kernel(shaders::knn_gather_kernel::spec<T>(spec_constants(
         shader::kSpecCount, {{shader::kSpecThreads, kKnnGatherThreads},
-                             {shader::kSpecCapacity, static_cast<std::uint32_t>(dense ? 2 : slots)},
+                             {shader::kSpecCapacity, static_cast<std::uint32_t>(slots)},
                              {shader::kSpecExact, exact ? 1u : 0u}, {shader::kSpecLoopGuard, cpu ? 1u : 0u},
                              {shader::kSpecDense, dense ? 1u : 0u}})));
   }
@@ -643,7 +643,7 @@ struct KnnKernels {
     }
     if (plan.dense_values) {
       k.dense = make_select<T>(device, plan.tile, metric, select_interface::kModeDense, plan.cpu);
-      k.kth = make_gather<T>(device, 0, false, plan.cpu, true);
+      k.kth = make_gather<T>(device, 2, false, plan.cpu, true);
     }
     return k;
   }
@@ -783,17 +783,8 @@ class KnnPasses {
                      push, query_tiles(), static_cast<std::uint32_t>(sample.splits));
     }
     cmds_.barrier();
-    const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(values),
-                                      .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
-    const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
-    namespace shader = gather_interface;
-    cmds_.dispatch(kernels_.kth,
-                   {{shader::kBindingListValues, ws_.sample_dense}, {shader::kBindingListIndices, ws_.sample_i},
-                    {shader::kBindingListed, ws_.sample_i}, {shader::kBindingOutValues, ws_.sample_v},
-                    {shader::kBindingOutIndices, ws_.sample_i}, {shader::kBindingQueries, ws_.queries},
-                    {shader::kBindingRows, block_->x}, {shader::kBindingQueryNorms, ws_.query_norms},
-                    {shader::kBindingRowNorms, block_->norms}, {shader::kBindingStatus, ws_.status}},
-                   push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
+    // Values only: the indices' and counts' bindings take any buffer.
+    dispatch_gather(kernels_.kth, ws_.sample_dense, ws_.sample_i, ws_.sample_i, ws_.sample_v, ws_.sample_i, values);
     return true;
   }
 
@@ -855,17 +846,7 @@ class KnnPasses {
   /// The gather of the candidate lists counted in `listed` (knn_gather.comp): each query's k best pairs, into (v, i),
   /// written k-th best first, so that its first pair is the bound a heap root gives.
   void gather_lists(const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i) {
-    const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(shape_.slots),
-                                      .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
-    const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
-    namespace shader = gather_interface;
-    cmds_.dispatch(kernels_.gather,
-                   {{shader::kBindingListValues, ws_.list_v}, {shader::kBindingListIndices, ws_.list_i},
-                    {shader::kBindingListed, listed}, {shader::kBindingOutValues, v}, {shader::kBindingOutIndices, i},
-                    {shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
-                    {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
-                    {shader::kBindingStatus, ws_.status}},
-                   push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
+    dispatch_gather(kernels_.gather, ws_.list_v, ws_.list_i, listed, v, i, shape_.slots);
   }
 
   /// The squared distances of the k pairs per query whose indices `i` holds (the gathered lists' or the merged
@@ -948,6 +929,23 @@ class KnnPasses {
   }
 
  private:
+  /// knn_gather.comp (`kernel`: lists, or a dense sample's k-th) over the batch, one workgroup per query: lists
+  /// (values, indices, counts) of `cap` slots per query, the k best (or the k-th) into (v, i).
+  void dispatch_gather(const vulkan::KernelRef& kernel, const vulkan::Buffer& values, const vulkan::Buffer& indices,
+                       const vulkan::Buffer& listed, const vulkan::Buffer& v, const vulkan::Buffer& i, std::uint64_t cap) {
+    const gather_interface::Push push{.m = std::uint32_t(mb_), .k = std::uint32_t(shape_.k), .cap = std::uint32_t(cap),
+                                      .d = std::uint32_t(shape_.d), .base = std::uint32_t(block_->first)};
+    const auto gx = static_cast<std::uint32_t>(std::min<std::uint64_t>(mb_, device_.info().max_workgroup_count[0]));
+    namespace shader = gather_interface;
+    cmds_.dispatch(kernel,
+                   {{shader::kBindingListValues, values}, {shader::kBindingListIndices, indices},
+                    {shader::kBindingListed, listed}, {shader::kBindingOutValues, v}, {shader::kBindingOutIndices, i},
+                    {shader::kBindingQueries, ws_.queries}, {shader::kBindingRows, block_->x},
+                    {shader::kBindingQueryNorms, ws_.query_norms}, {shader::kBindingRowNorms, block_->norms},
+                    {shader::kBindingStatus, ws_.status}},
+                   push, gx, static_cast<std::uint32_t>(ceil_div(mb_, gx)));
+  }
+
   std::uint32_t query_tiles() const { return static_cast<std::uint32_t>(ceil_div(mb_, shape_.tile.block_queries())); }
 
   vulkan::Device& device_;
