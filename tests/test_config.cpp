@@ -47,7 +47,7 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   const char* const names[] = {"GPUML_DEVICE", "GPUML_NUM_THREADS", "GPUML_VALIDATION", "GPUML_PIPELINE_CACHE",
                                "GPUML_TUNING", "GPUML_KMEANS_TILE", "GPUML_KNN_TILE", "GPUML_KNN_SAMPLE",
                                "GPUML_KNN_APPEND", "GPUML_KNN_COOP", "GPUML_DEVICE_MEMORY_LIMIT", "GPUML_UPLOAD",
-                               "GPUML_DEVICE_CENTRING"};
+                               "GPUML_DEVICE_CENTRING", "GPUML_DEVICE_CHECKS"};
   std::vector<ScopedEnv> cleared;
   cleared.reserve(std::size(names));
   for (const char* name : names)
@@ -68,6 +68,7 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   EXPECT_EQ(c.device_memory_limit(), 0u);
   EXPECT_EQ(c.upload(), gpuml::Upload::staged);
   EXPECT_TRUE(c.device_centring());
+  EXPECT_TRUE(c.device_checks());
 }
 
 TEST(Config, EveryVariableFeedsItsKnob) {
@@ -75,7 +76,7 @@ TEST(Config, EveryVariableFeedsItsKnob) {
       cache("GPUML_CACHE_DIR", "/tmp/c"), pipelines("GPUML_PIPELINE_CACHE", "off"), tuning("GPUML_TUNING", "false"),
       kmeans("GPUML_KMEANS_TILE", "64,4,4,8,128"), knn("GPUML_KNN_TILE", "8,8,4,4,8"), sample("GPUML_KNN_SAMPLE", "0"),
       append("GPUML_KNN_APPEND", "no"), coop("GPUML_KNN_COOP", "0"), memory("GPUML_DEVICE_MEMORY_LIMIT", "3M"),
-      upload("GPUML_UPLOAD", "imported"), centring("GPUML_DEVICE_CENTRING", "off");
+      upload("GPUML_UPLOAD", "imported"), centring("GPUML_DEVICE_CENTRING", "off"), checks("GPUML_DEVICE_CHECKS", "0");
   const gpuml::Config c = read();
   EXPECT_EQ(c.device(), "integrated");
   EXPECT_EQ(c.num_threads(), 3);
@@ -91,6 +92,7 @@ TEST(Config, EveryVariableFeedsItsKnob) {
   EXPECT_EQ(c.device_memory_limit(), 3u << 20);
   EXPECT_EQ(c.upload(), gpuml::Upload::imported);
   EXPECT_FALSE(c.device_centring());
+  EXPECT_FALSE(c.device_checks());
   ScopedEnv on("GPUML_VALIDATION", "yes");
   EXPECT_EQ(read().validation(), gpuml::Validation::on);
 }

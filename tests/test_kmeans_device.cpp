@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace {
@@ -931,6 +932,143 @@ TEST(KMeansDevice, APartialReservationIsFilledAndTheRestAllocated) {
       const Matrix<float> rows = X.middleRows(static_cast<Eigen::Index>(placed[c].first), static_cast<Eigen::Index>(placed[c].rows));
       EXPECT_EQ(std::memcmp(back.data(), rows.data(), back.size() * sizeof(float)), 0) << "chunk " << c;
     }
+  }
+}
+
+/// Rows of every kind of magnitude for the column passes: per column its own scale (2^-60 to 2^60), signs, zeros of
+/// both signs, subnormals and the extremes of float.
+Matrix<float> awkward_columns(Eigen::Index n, Eigen::Index d, std::uint64_t salt) {
+  Matrix<float> X = random_matrix<float>(n, d, salt, -1.0, 1.0);
+  for (Eigen::Index f = 0; f < d; ++f) X.col(f) *= std::ldexp(1.0f, static_cast<int>((f * 37) % 121) - 60);
+  X(0, 0) = -0.0f;
+  X(1, 0) = 0.0f;
+  if (d > 1) {
+    X(2, 1) = std::numeric_limits<float>::denorm_min();
+    X(3, 1) = -3.5e-41f;  // subnormal
+    X(n - 1, d - 1) = std::numeric_limits<float>::max();
+    X(n - 2, d - 1) = -std::numeric_limits<float>::max();
+    X(n / 2, 1) = -std::numeric_limits<float>::min();
+  }
+  for (Eigen::Index i = 5; i < n; i += 97) X(i, d - 1) = 0.0f;
+  return X;
+}
+
+// The input checks' column passes on a device (kernels/column_checks.hpp) over rows a reservation copied there as
+// they are, against the host's passes: the same extremes, smallest magnitudes and exact sums' integers, with the
+// fit's exponents and smaller ones (whose terms round at 2^-32), narrow rows and rows wider than a workgroup,
+// across chunks; and a value that is not finite is seen.
+TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
+  for (const auto& dev : devices()) {
+    auto& device = *dev.backend.device();
+    for (const auto& [n, d, chunk_rows] : {std::tuple{3001, 13, 1000}, std::tuple{517, 1, 517}, std::tuple{211, 300, 90}}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << ", d " << d);
+      Matrix<float> X = awkward_columns(n, d, 940 + d);
+      const gpuml::MatrixView<float> view(X);
+      gpuml::kernels::ResidentSamples<float> resident;
+      gpuml::kernels::reserve_samples<float>(device, n, d, chunk_rows, resident, nullptr, &view);
+      const auto& chunks = resident.reserved_rows();
+      ASSERT_EQ(chunks.size(), static_cast<std::size_t>((n + chunk_rows - 1) / chunk_rows)) << "the rows were not copied";
+      ASSERT_TRUE(gpuml::kernels::can_check_columns(device, chunk_rows, d));
+
+      gpuml::algorithms::ColumnRange host, on_device{Eigen::RowVectorXd::Constant(d, INFINITY),
+                                                      Eigen::RowVectorXd::Constant(d, -INFINITY),
+                                                      Eigen::RowVectorXd::Constant(d, INFINITY)};
+      ASSERT_TRUE(gpuml::algorithms::column_range(X, host, /*smallest=*/true));
+      ASSERT_TRUE(gpuml::kernels::column_range_on_device(device, chunks, d, on_device));
+      for (Eigen::Index f = 0; f < d; ++f) {
+        EXPECT_EQ(on_device.lowest[f], host.lowest[f]) << "column " << f;
+        EXPECT_EQ(on_device.highest[f], host.highest[f]) << "column " << f;
+        EXPECT_EQ(on_device.smallest[f], host.smallest[f]) << "column " << f;
+      }
+      if (d > 1) {
+        EXPECT_EQ(on_device.smallest[1], std::numeric_limits<float>::denorm_min());
+      }
+
+      using gpuml::algorithms::ExactColumnSums;
+      const Eigen::RowVectorXi fit_exponents = ExactColumnSums::exponents_for(gpuml::algorithms::column_bounds(host, nullptr), n);
+      for (const int lower : {0, 9, 40, 200}) {
+        const Eigen::RowVectorXi e = fit_exponents.array() - lower;
+        const ExactColumnSums want = gpuml::algorithms::exact_column_sums(X, nullptr, e);
+        ExactColumnSums got;
+        got.whole.setZero(d);
+        got.fraction.setZero(d);
+        got.exponents = e;
+        gpuml::kernels::exact_column_sums_on_device(device, chunks, d, got);
+        EXPECT_TRUE(got.whole == want.whole) << "exponents lowered by " << lower;
+        EXPECT_TRUE(got.fraction == want.fraction) << "exponents lowered by " << lower;
+        if (lower == 9) {
+          EXPECT_NE(want.fraction.cwiseAbs().maxCoeff(), 0) << "no fractional parts: the test shows nothing";
+        }
+      }
+    }
+    // A value that is not finite, in the last chunk.
+    for (const float bad : {NAN, INFINITY, -INFINITY}) {
+      Matrix<float> X = random_matrix<float>(700, 3, 950, -2.0, 2.0);
+      X(650, 2) = bad;
+      const gpuml::MatrixView<float> view(X);
+      gpuml::kernels::ResidentSamples<float> resident;
+      gpuml::kernels::reserve_samples<float>(device, 700, 3, 300, resident, nullptr, &view);
+      gpuml::algorithms::ColumnRange range{Eigen::RowVectorXd::Constant(3, INFINITY), Eigen::RowVectorXd::Constant(3, -INFINITY),
+                                           Eigen::RowVectorXd::Constant(3, INFINITY)};
+      EXPECT_FALSE(gpuml::kernels::column_range_on_device(device, resident.reserved_rows(), 3, range)) << bad;
+    }
+  }
+}
+
+// A fit whose input checks ran on its devices is the fit checked on the host, bit for bit: one device and shards,
+// both inits, a relative tol (its variances from the host), data with a subnormal (the rows are then centred on the
+// host and uploaded again), and bad input gets the host's error.
+TEST(KMeansDevice, FitsCheckedOnTheDeviceAreTheHostCheckedFits) {
+  for (const auto& dev : devices()) {
+    const std::string index = std::to_string(dev.backend.device()->info().index);
+    Matrix<float> X = random_matrix<float>(4099, 7, 960, -3.0, 5.0);
+    X.col(2).array() += 1000.0f;
+    Matrix<float> with_subnormal = X;
+    with_subnormal(77, 4) = 1e-40f;
+    for (const Matrix<float>* data : {&X, &with_subnormal}) {
+      for (const std::string init : {"k-means++", "random"}) {
+        SCOPED_TRACE(init + (data == &X ? "" : ", a subnormal"));
+        KMeansParams p;
+        p.n_clusters = 9;
+        p.init = init;
+        p.max_iter = 12;
+        p.tol = 1e-4;
+        p.random_state = 961;
+        gpuml::KMeansFit<float> host_checked;
+        {
+          gpuml::ScopedConfig scoped(gpuml::config().set_device_checks(false));
+          host_checked = gpuml::fit_kmeans<float>(dev.backend, *data, nullptr, p);
+        }
+        EXPECT_FALSE(host_checked.checks_on_device);
+        for (const std::string& choice : {index, index + "," + index}) {
+          const auto fit = gpuml::fit_kmeans<float>(gpuml::select_backend(choice), *data, nullptr, p);
+          EXPECT_TRUE(fit.checks_on_device) << choice;
+          EXPECT_TRUE(fit.labels == host_checked.labels) << choice;
+          EXPECT_TRUE(fit.cluster_centers == host_checked.cluster_centers) << choice;
+          EXPECT_EQ(fit.inertia, host_checked.inertia) << choice;
+          EXPECT_EQ(fit.n_iter, host_checked.n_iter) << choice;
+          EXPECT_EQ(fit.tol_absolute, host_checked.tol_absolute) << choice;
+        }
+      }
+    }
+    Matrix<float> bad = X;
+    bad(4000, 5) = NAN;
+    KMeansParams p;
+    p.n_clusters = 4;
+    std::string on_host, on_device;
+    try {
+      gpuml::ScopedConfig scoped(gpuml::config().set_device_checks(false));
+      gpuml::fit_kmeans<float>(dev.backend, bad, nullptr, p);
+    } catch (const gpuml::invalid_input& e) {
+      on_host = e.what();
+    }
+    try {
+      gpuml::fit_kmeans<float>(dev.backend, bad, nullptr, p);
+    } catch (const gpuml::invalid_input& e) {
+      on_device = e.what();
+    }
+    EXPECT_NE(on_host, "");
+    EXPECT_EQ(on_device, on_host);
   }
 }
 

@@ -31,6 +31,7 @@ nb::tuple fit(In2<T> X, std::optional<In1<T>> sample_weight, int n_clusters, con
   stats["best_run"] = r.best_run;
   stats["uploads"] = r.uploads;
   stats["reserved_uploads"] = r.reserved_uploads;
+  stats["checks_on_device"] = r.checks_on_device;
   stats["tol"] = r.tol_absolute;
   stats["iteration_seconds"] = r.iteration_seconds;
   nb::dict times;

@@ -105,6 +105,13 @@ class Config {
   /// Whether any upload may centre k-means' rows on a device (device_centring, or uploads read in place).
   bool may_centre_on_device() const { return device_centring_ || upload_ == Upload::imported; }
 
+  /// k-means' input checks (each column's range, the exact sums behind the mean) computed by the devices over the
+  /// rows as they are, copied there while device memory is allocated, where the fit centres on the devices (on by
+  /// default; GPUML_DEVICE_CHECKS=0 checks on the host): the same results bit for bit, without the host's passes
+  /// over X.
+  bool device_checks() const { return device_checks_; }
+  Config& set_device_checks(bool on) { return device_checks_ = on, *this; }
+
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 
   /// "123", "64K", "512M", "2G" (binary units) as a byte count, or nothing for anything else.
@@ -170,6 +177,7 @@ class Config {
     flag("GPUML_KNN_COOP", c.knn_coop_);
     flag("GPUML_KMEANS_BOUNDS", c.kmeans_bounds_);
     flag("GPUML_DEVICE_CENTRING", c.device_centring_);
+    flag("GPUML_DEVICE_CHECKS", c.device_checks_);
     if (const char* v = env("GPUML_UPLOAD")) {
       const std::string_view u(v);
       if (u == "staged") c.upload_ = Upload::staged;
@@ -198,6 +206,7 @@ class Config {
   std::uint64_t device_memory_limit_ = 0;
   Upload upload_ = Upload::staged;
   bool device_centring_ = true;
+  bool device_checks_ = true;
 };
 
 namespace config_detail {

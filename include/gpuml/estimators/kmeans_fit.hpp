@@ -16,15 +16,18 @@
 #include <gpuml/core/warnings.hpp>
 #include <gpuml/estimators/kmeans_types.hpp>
 #include <gpuml/host/kmeans.hpp>
+#include <gpuml/kernels/column_checks.hpp>
 #include <gpuml/kernels/kmeans.hpp>
 #include <gpuml/kernels/kmeans_plus_plus.hpp>
 #include <gpuml/policy/kmeans.hpp>
 #include <gpuml/select.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <limits>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -241,7 +244,10 @@ class LocalRows {
   explicit LocalRows(Backend backend, std::optional<KMeansTileParams> tile = {})
       : backend_(std::move(backend)), tile_(tile) {}
   /// A fit that failed before its first engine (its checks) waits only for the chunk being reserved.
-  ~LocalRows() { enough_reserved_ = true; }
+  ~LocalRows() {
+    enough_reserved_ = true;
+    abandoned_ = true;
+  }
   LocalRows(const LocalRows&) = delete;
   LocalRows& operator=(const LocalRows&) = delete;
 
@@ -252,13 +258,54 @@ class LocalRows {
   void guarded(Work&& work) const {
     work();
   }
-  bool column_range(MatrixView<T> X, algorithms::ColumnRange& range, bool smallest) const {
+  /// The column passes run on the devices where the rows were copied there (reserve_samples), else on the host;
+  /// the same results either way.
+  bool column_range(MatrixView<T> X, algorithms::ColumnRange& range, bool smallest) {
+    if (rows_on_devices()) {
+      const Eigen::Index d = X.cols();
+      constexpr double inf = std::numeric_limits<double>::infinity();
+      std::vector<algorithms::ColumnRange> part(resident_.size(), {Eigen::RowVectorXd::Constant(d, inf),
+                                                                   Eigen::RowVectorXd::Constant(d, -inf),
+                                                                   Eigen::RowVectorXd::Constant(d, inf)});
+      std::vector<char> finite(resident_.size(), 1);
+      if (on_devices([&](std::size_t s, vulkan::Device& device, const std::vector<kernels::ResidentChunk>& chunks) {
+            finite[s] = kernels::column_range_on_device(device, chunks, static_cast<std::uint32_t>(d), part[s]);
+          })) {
+        range = part.front();
+        for (std::size_t s = 1; s < part.size(); ++s) {
+          range.lowest = range.lowest.cwiseMin(part[s].lowest);
+          range.highest = range.highest.cwiseMax(part[s].highest);
+          range.smallest = range.smallest.cwiseMin(part[s].smallest);
+        }
+        if (!smallest) range.smallest.setZero();
+        return std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
+      }
+    }
     return algorithms::column_range(X, range, smallest);
   }
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
-                                       const Eigen::RowVectorXi& exponents) const {
+                                       const Eigen::RowVectorXi& exponents) {
+    if (!center && rows_on_devices()) {
+      std::vector<algorithms::ExactColumnSums> part(resident_.size());
+      for (auto& sums : part) {
+        sums.whole.setZero(X.cols());
+        sums.fraction.setZero(X.cols());
+        sums.exponents = exponents;
+      }
+      if (on_devices([&](std::size_t s, vulkan::Device& device, const std::vector<kernels::ResidentChunk>& chunks) {
+            kernels::exact_column_sums_on_device(device, chunks, static_cast<std::uint32_t>(X.cols()), part[s]);
+          })) {
+        for (std::size_t s = 1; s < part.size(); ++s) {
+          part.front().whole += part[s].whole;
+          part.front().fraction += part[s].fraction;
+        }
+        return part.front().to_double();
+      }
+    }
     return algorithms::exact_column_sums(X, center, exponents).to_double();
   }
+  /// Whether the input checks' column passes ran on the devices.
+  bool checks_on_device() const { return checks_on_device_; }
   algorithms::WeightSummary weight_summary(VectorView<T> w) const { return algorithms::check_sample_weight(w); }
 
   /// Starts allocating, on a thread of its own, the device memory the fit's first engine on each device will place
@@ -266,7 +313,12 @@ class LocalRows {
   /// the first engine comes, the reservation stops after the chunk in hand and that engine allocates the rest
   /// (allocation competes with the checks for the host, and may take longer). Nothing where the backend is the host;
   /// a failure leaves the engines to allocate.
-  void reserve_samples(std::int64_t n, std::int64_t d, const KMeansParams& p) {
+  ///
+  /// Where the devices can check the rows (Config::device_checks, float32 rows centred on the devices), the
+  /// reservation also copies each shard's rows there as they are, every chunk's copy beside the next one's
+  /// allocation, and the input checks' column passes then run on the devices (column_range, exact_column_sums).
+  void reserve_samples(MatrixView<T> X, const KMeansParams& p) {
+    const std::int64_t n = X.rows(), d = X.cols();
     if (!backend_.is_vulkan() || n <= 0 || d <= 0) return;
     const KMeansEStep e_step = configured_e_step(p.e_step);
     const bool plus_plus_first = !p.init_centers && p.init == "k-means++";
@@ -282,12 +334,18 @@ class LocalRows {
       chunk_rows[s] = plus_plus_first ? kernels::PlusPlusEngine<T>::sample_chunk_rows(*devices[s], r, cols)
                                       : kernels::LloydEngine<T>::sample_chunk_rows(*devices[s], r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
     }
+    const bool contiguous = X.innerStride() == 1 && (X.outerStride() == d || n <= 1);
+    bool copy_rows = std::is_same_v<T, float> && config().device_checks() && config().may_centre_on_device() && contiguous;
+    for (std::size_t s = 0; s < shards; ++s) copy_rows = copy_rows && kernels::can_check_columns(*devices[s], chunk_rows[s], cols);
+    rows_copied_ = copy_rows;
     try {
-      reserving_ = std::async(std::launch::async, [this, n, cols, devices, chunk_rows] {
+      reserving_ = std::async(std::launch::async, [this, X, n, cols, devices, chunk_rows, copy_rows] {
         try {
-          kernels::on_shards(devices, n, [&](std::size_t s, vulkan::Device& device, std::int64_t, std::int64_t rows) {
+          kernels::on_shards(devices, n, [&](std::size_t s, vulkan::Device& device, std::int64_t first, std::int64_t rows) {
+            const MatrixView<T> shard = X.middleRows(first, rows);
+            // Copying rows, every chunk is reserved: only a failed fit (abandoned_) ends the reservation early.
             kernels::reserve_samples<T>(device, static_cast<std::uint64_t>(rows), cols, chunk_rows[s], resident_[s],
-                                        &enough_reserved_);
+                                        copy_rows ? &abandoned_ : &enough_reserved_, copy_rows ? &shard : nullptr);
           });
         } catch (...) {
           // No memory to reserve: each engine allocates, and says what is wrong.
@@ -356,12 +414,37 @@ class LocalRows {
   void drop_reserved() {
     for (auto& r : resident_) r.drop_reserved();
   }
+  /// Whether every shard's rows are on its device as they are (the reservation copied them): waits for it.
+  bool rows_on_devices() {
+    if (!rows_copied_) return false;
+    if (reserving_.valid()) reserving_.get();
+    rows_copied_ = std::all_of(resident_.begin(), resident_.end(), [](const auto& r) { return !r.reserved_rows().empty(); });
+    return rows_copied_;
+  }
+  /// Runs pass(s, device, chunks) over the rows each shard holds on its device, all at once; false (and no more
+  /// passes on the devices: the host checks) where a device failed.
+  template <class Pass>
+  bool on_devices(Pass&& pass) {
+    try {
+      const std::vector<vulkan::Device*> devices = devices_of(backend_);
+      concurrently(resident_.size(), [&](std::size_t s) { pass(s, *devices[s], resident_[s].reserved_rows()); });
+      checks_on_device_ = true;
+      return true;
+    } catch (...) {
+      rows_copied_ = false;
+      checks_on_device_ = false;
+      return false;
+    }
+  }
 
   // X and the weights on each device (its shard where there are several): uploaded once for every engine and run.
   std::vector<kernels::ResidentSamples<T>> resident_ =
       std::vector<kernels::ResidentSamples<T>>(std::max<std::size_t>(1, backend_.device_count()));
   // Declared after resident_: a reservation still running when the fit fails ends before resident_ goes.
   std::atomic<bool> enough_reserved_{false};
+  std::atomic<bool> abandoned_{false};  // the fit failed: a reservation copying rows stops after its chunk in hand
+  bool rows_copied_ = false;            // the reservation copies the rows as they are (then: copied)
+  bool checks_on_device_ = false;
   std::future<void> reserving_;
 };
 
@@ -380,7 +463,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
   rows.check_non_empty(X);
   return naming_host_memory("fitting KMeans", X.rows(), X.cols(), sizeof(T), [&]() -> KMeansFit<T> {
     // Device memory for the samples is allocated while the host checks them, where the rows offer it.
-    if constexpr (requires { rows.reserve_samples(X.rows(), X.cols(), p); }) rows.reserve_samples(X.rows(), X.cols(), p);
+    if constexpr (requires { rows.reserve_samples(X, p); }) rows.reserve_samples(X, p);
     const detail::KMeansInputs<T> in(rows, X, sample_weight, p);
     const int k = p.n_clusters;
     // X centred by its mean, in T as scikit-learn does: the engines subtract as they read (no centred copy of X).
@@ -422,6 +505,7 @@ KMeansFit<T> fit_kmeans_on(Rows& rows, MatrixView<T> X, const VectorView<T>* sam
     if constexpr (requires { rows.reserved_uploads(); }) {
       fit.reserved_uploads = rows.reserved_uploads();
       fit.times.reserve = rows.reserve_seconds();
+      fit.checks_on_device = rows.checks_on_device();
     }
     fit.times.upload = rows.upload_seconds();
     fit.iteration_seconds = best->iteration_seconds;

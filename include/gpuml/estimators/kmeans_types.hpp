@@ -33,6 +33,8 @@ struct KMeansFit {
   int distinct_clusters = 0;        ///< clusters holding a label (scikit-learn warns when fewer than n_clusters)
   int uploads = 0;                  ///< times X went to a device (one per fit and device; 0 on the host)
   int reserved_uploads = 0;         ///< of which into device memory allocated beside the input checks
+  bool checks_on_device = false;    ///< the input checks' column passes ran on the devices, over the rows copied
+                                    ///< there beside their allocation (Config::device_checks)
   double tol_absolute = 0.0;        ///< the tolerance on the centers' shift (tol times X's mean variance)
   double iteration_seconds = 0.0;   ///< the kept run's Lloyd iterations alone
   algorithms::StepTimes step_times; ///< the kept run's device timing of its steps

@@ -91,16 +91,26 @@ class ResidentSamples {
   /// Holds device memory allocated ahead for the first chunks of `chunk_rows` rows of n samples on `device` (all, or
   /// those allocated in time), not yet written (reserve_samples): the next place_samples in that layout fills them
   /// instead of allocating.
+  /// `rows_written`: the chunks hold the rows as they are (not less any shift), the weights unwritten.
   void reserve(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows, std::vector<ResidentChunk> chunks,
-               double seconds = 0) {
+               double seconds = 0, bool rows_written = false) {
     reserve_seconds_ += seconds;
-    reserved_ = Held{&device, n, chunk_rows, std::move(chunks)};
+    reserved_ = Held{&device, n, chunk_rows, std::move(chunks), rows_written};
   }
   /// The reserved chunks where they are for this layout on `device`, else none; the reservation ends either way (an
-  /// engine in another layout or place frees it before allocating its own).
-  std::vector<ResidentChunk> take_reserved(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows) {
+  /// engine in another layout or place frees it before allocating its own). `rows_written` receives whether the
+  /// chunks taken hold the rows as they are.
+  std::vector<ResidentChunk> take_reserved(const vulkan::Device& device, std::uint64_t n, std::uint64_t chunk_rows,
+                                           bool* rows_written = nullptr) {
     Held taken = std::exchange(reserved_, Held{});
-    return taken.holds(device, n, chunk_rows) ? std::move(taken.chunks) : std::vector<ResidentChunk>{};
+    const bool holds = taken.holds(device, n, chunk_rows);
+    if (rows_written) *rows_written = holds && taken.rows_written;
+    return holds ? std::move(taken.chunks) : std::vector<ResidentChunk>{};
+  }
+  /// The reserved chunks where they hold the rows as they are (the device's input checks read them), else none.
+  const std::vector<ResidentChunk>& reserved_rows() const {
+    static const std::vector<ResidentChunk> none;
+    return reserved_.rows_written ? reserved_.chunks : none;
   }
   /// Ends the reservation, its memory freed off the caller's thread.
   void drop_reserved() noexcept {
@@ -116,6 +126,7 @@ class ResidentSamples {
     const vulkan::Device* device = nullptr;
     std::uint64_t n = 0, chunk_rows = 0;
     std::vector<ResidentChunk> chunks;
+    bool rows_written = false;
 
     bool holds(const vulkan::Device& on, std::uint64_t rows, std::uint64_t per_chunk) const {
       return device == &on && n == rows && chunk_rows == per_chunk;
@@ -190,8 +201,9 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
   // Samples in another layout or place are not used again: their device memory goes before new buffers come, and
   // memory reserved for this layout is filled instead of allocated.
   std::vector<ResidentChunk> reserved;
+  bool rows_written = false;  // the reserved chunks hold X as it is: only the shift is left to do
   if (resident) {
-    reserved = resident->take_reserved(device, keepable ? n : 0, keepable ? chunk_rows : 0);
+    reserved = resident->take_reserved(device, keepable ? n : 0, keepable ? chunk_rows : 0, &rows_written);
     resident->keep(device, 0, 0, {});
     resident->count_upload(!reserved.empty());
   }
@@ -209,7 +221,15 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
       vulkan::upload(device, *shift, 0, X.shift, d * s);
     }
     const auto copy_start = std::chrono::steady_clock::now();
-    upload_centred_rows<T>(device, *x, X, r0, c.rows, shift ? &*shift : nullptr);
+    if (i < reserved.size() && rows_written && (shift || !X.shift)) {
+      if (shift) {
+        vulkan::Commands cmds(device);
+        record_shift_rows<T>(device, cmds, *x, *shift, c.rows, static_cast<std::uint32_t>(d));
+        cmds.submit_and_wait();
+      }
+    } else {
+      upload_centred_rows<T>(device, *x, X, r0, c.rows, shift ? &*shift : nullptr);
+    }
     if (w) vulkan::upload(device, *wb, 0, w + r0, c.rows * s);
     if (resident)
       resident->add_upload_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count());
@@ -241,9 +261,15 @@ std::uint64_t chunk_rows_or_zero(const vulkan::Device& device, ChunkRows&& chunk
 /// hand once it is true (the first chunk is always reserved): the checks are done, and the engine allocates the rest
 /// itself rather than wait. Not where the samples might not stay in device memory (more than half of its budget):
 /// engines would stream them instead.
+///
+/// `rows`, where given (the n rows, contiguous), is copied into the chunks as it is once all are allocated, and every
+/// chunk is reserved (`enough` then only abandons a failed fit's reservation): the device's input checks read the
+/// rows there (kernels/column_checks.hpp), and the engine only centres them. (Allocating device memory and copying
+/// both load the host's memory: a copy beside the next chunk's allocation ran at half its speed.)
 template <class T>
 void reserve_samples(vulkan::Device& device, std::uint64_t n, std::uint64_t d, std::uint64_t chunk_rows,
-                     ResidentSamples<T>& resident, const std::atomic<bool>* enough = nullptr) {
+                     ResidentSamples<T>& resident, const std::atomic<bool>* enough = nullptr,
+                     const MatrixView<T>* rows = nullptr) {
   const std::uint64_t s = sizeof(T), budget = device_memory_budget(device.info());
   if (n == 0 || chunk_rows == 0 || (budget && 2 * n * (d + 1) * s > budget)) return;
   const auto start = std::chrono::steady_clock::now();
@@ -256,8 +282,17 @@ void reserve_samples(vulkan::Device& device, std::uint64_t n, std::uint64_t d, s
     c.w = std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s));
     chunks.push_back(std::move(c));
   }
+  const bool written = rows && chunks.size() * chunk_rows >= n;
+  if (written) {
+    const auto copy_start = std::chrono::steady_clock::now();
+    for (const ResidentChunk& c : chunks) {
+      if (enough && enough->load()) return;
+      vulkan::upload_rows<T>(device, *c.x, 0, *rows, static_cast<Eigen::Index>(c.first), static_cast<Eigen::Index>(c.first + c.rows));
+    }
+    resident.add_upload_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count());
+  }
   resident.reserve(device, n, chunk_rows, std::move(chunks),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), written);
 }
 
 }  // namespace gpuml::kernels

@@ -1,0 +1,134 @@
+// The k-means fit's input checks on a device: algorithms::column_range and algorithms::exact_column_sums (without a
+// center) over float32 rows already in device memory as the host holds them (the chunks a fit reserved and filled
+// with its rows: kernels::reserve_samples), with the host's results bit for bit and without its passes over X.
+#pragma once
+
+#include <gpuml/algorithms/kmeans.hpp>
+#include <gpuml/core/error.hpp>
+#include <gpuml/kernels/resident_samples.hpp>
+#include <gpuml/policy/limits.hpp>
+#include <gpuml/shaders/column_checks_kernel.hpp>
+#include <gpuml/vulkan/commands.hpp>
+#include <gpuml/vulkan/device.hpp>
+#include <gpuml/vulkan/transfer.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace gpuml::kernels {
+
+inline constexpr std::uint32_t kColumnCheckThreads = 256;
+/// Values one workgroup reads: a few hundred per thread.
+inline constexpr std::uint64_t kColumnCheckGroupValues = std::uint64_t(1) << 16;
+
+/// Whether `device` can check chunks of `chunk_rows` rows of `cols` float32 columns (64-bit integers; each chunk's
+/// value indices within 32 bits).
+inline bool can_check_columns(const vulkan::Device& device, std::uint64_t chunk_rows, std::uint64_t cols) {
+  return device.info().int64 && cols > 0 && chunk_rows * cols + cols + kColumnCheckThreads <= UINT32_MAX;
+}
+
+namespace column_checks_detail {
+
+/// Rows of one row block: about kColumnCheckGroupValues values (a workgroup's, or each column block's).
+inline std::uint64_t rows_per_group(std::uint64_t cols) {
+  const std::uint64_t width = std::min<std::uint64_t>(cols, kColumnCheckThreads);
+  return std::max<std::uint64_t>(1, kColumnCheckGroupValues / width);
+}
+
+/// One pass (shader mode `mode`) over every chunk on `device`: the partial words of each chunk's row blocks, per
+/// block and column `words` each, in chunk order.
+inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::vector<ResidentChunk>& chunks,
+                                           std::uint32_t cols, std::uint32_t mode, std::uint32_t words,
+                                           const std::vector<std::int32_t>& exponents) {
+  namespace shader = shader_interface::column_checks;
+  const std::uint64_t group_rows = rows_per_group(cols);
+  const std::uint32_t column_blocks = cols <= kColumnCheckThreads ? 1 : static_cast<std::uint32_t>(ceil_div(cols, kColumnCheckThreads));
+  const std::uint64_t align = std::max<std::uint64_t>(4, device.info().min_storage_buffer_offset_alignment);
+  std::vector<std::uint64_t> offsets;  // bytes, per chunk
+  std::uint64_t bytes = 0;
+  for (const ResidentChunk& c : chunks) {
+    offsets.push_back(bytes);
+    bytes += ceil_div(ceil_div(c.rows, group_rows) * cols * words * 4, align) * align;
+  }
+  const vulkan::Buffer partials = device.buffer(std::max<std::uint64_t>(bytes, 4));
+  const vulkan::Buffer exps = device.buffer(std::max<std::uint64_t>(cols, 1) * 4);
+  if (mode == shader::kModeSums) vulkan::upload(device, exps, 0, exponents.data(), cols * 4);
+  const auto& k = device.kernel(shaders::column_checks_kernel::spec<float>(
+      spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kColumnCheckThreads}, {shader::kSpecMode, mode}})));
+  const std::uint64_t max_x = std::max<std::uint32_t>(1, device.info().max_workgroup_count[0]);
+  if (column_blocks > device.info().max_workgroup_count[1])
+    throw unsupported("column_checks: " + std::to_string(cols) + " columns exceed the device's workgroup grid");
+  vulkan::Commands cmds(device);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::uint64_t blocks = ceil_div(chunks[i].rows, group_rows), block_bytes = blocks * cols * words * 4;
+    for (std::uint64_t first = 0; first < blocks; first += max_x) {
+      const shader::Push push{.rows = static_cast<std::uint32_t>(chunks[i].rows), .cols = cols,
+                              .rows_per_group = static_cast<std::uint32_t>(group_rows),
+                              .first_group = static_cast<std::uint32_t>(first)};
+      cmds.dispatch(k, {{shader::kBindingRows, *chunks[i].x}, {shader::kBindingExponents, exps},
+                        {shader::kBindingPartials, vulkan::BufferSlice(partials, offsets[i], block_bytes)}},
+                    push, static_cast<std::uint32_t>(std::min(max_x, blocks - first)), column_blocks);
+    }
+  }
+  cmds.submit_and_wait();
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::uint64_t values = ceil_div(chunks[i].rows, group_rows) * cols * words;
+    const std::size_t at = out.size();
+    out.resize(at + values);
+    vulkan::download(device, partials, offsets[i], out.data() + at, values * 4);
+  }
+  return out;
+}
+
+inline float float_of_key(std::uint32_t key) {
+  return std::bit_cast<float>((key & 0x80000000u) ? key & 0x7FFFFFFFu : ~key);
+}
+
+}  // namespace column_checks_detail
+
+/// algorithms::column_range(X, range, true) over the float32 rows of `chunks` (`cols` columns) on `device`, merged
+/// into `range` (start from +inf lowest and smallest, -inf highest): false where a value is not finite. The same
+/// extremes as the host's (a -0 and a +0 may stand for each other: only their magnitudes are used).
+inline bool column_range_on_device(vulkan::Device& device, const std::vector<ResidentChunk>& chunks, std::uint32_t cols,
+                                   algorithms::ColumnRange& range) {
+  namespace shader = shader_interface::column_checks;
+  const std::vector<std::uint32_t> words = column_checks_detail::run_pass(device, chunks, cols, shader::kModeRange, shader::kRangeWords, {});
+  std::vector<std::uint32_t> low(cols, 0xFFFFFFFFu), high(cols, 0u), small(cols, 0x7F800000u);
+  bool finite = true;
+  for (std::size_t o = 0; o < words.size(); o += shader::kRangeWords) {
+    const std::size_t f = (o / shader::kRangeWords) % cols;
+    low[f] = std::min(low[f], words[o]);
+    high[f] = std::max(high[f], words[o + 1]);
+    small[f] = std::min(small[f], words[o + 2]);
+    finite = finite && words[o + 3] != 0;
+  }
+  for (std::uint32_t f = 0; f < cols; ++f) {
+    if (high[f] < low[f]) continue;  // no rows here
+    range.lowest[f] = std::min(range.lowest[f], static_cast<double>(column_checks_detail::float_of_key(low[f])));
+    range.highest[f] = std::max(range.highest[f], static_cast<double>(column_checks_detail::float_of_key(high[f])));
+    range.smallest[f] = std::min(range.smallest[f], static_cast<double>(std::bit_cast<float>(small[f])));
+  }
+  return finite;
+}
+
+/// algorithms::exact_column_sums(X, nullptr, sums.exponents) over the float32 rows of `chunks` on `device`, added
+/// into `sums` (integer sums: the same whatever the cut).
+inline void exact_column_sums_on_device(vulkan::Device& device, const std::vector<ResidentChunk>& chunks, std::uint32_t cols,
+                                        algorithms::ExactColumnSums& sums) {
+  namespace shader = shader_interface::column_checks;
+  const std::vector<std::int32_t> exponents(sums.exponents.data(), sums.exponents.data() + cols);
+  const std::vector<std::uint32_t> words =
+      column_checks_detail::run_pass(device, chunks, cols, shader::kModeSums, 2 * shader::kSumWords, exponents);
+  for (std::size_t o = 0; o < words.size(); o += 2 * shader::kSumWords) {
+    const std::size_t f = (o / (2 * shader::kSumWords)) % cols;
+    sums.whole[f] += static_cast<std::int64_t>(words[o] | (std::uint64_t(words[o + 1]) << 32));
+    sums.fraction[f] += static_cast<std::int64_t>(words[o + 2] | (std::uint64_t(words[o + 3]) << 32));
+  }
+}
+
+}  // namespace gpuml::kernels
