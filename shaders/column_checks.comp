@@ -10,6 +10,9 @@
 // bound: the host takes magnitudes of both), the smallest nonzero magnitude's bits, finiteness.
 // kModeSums: each term v * 2^e (e the column's exponent) as round(y) and round((y - round(y)) * 2^32), ties to
 // even, in integers: the host's double arithmetic gives the same integers (y is exact in double for float32 v).
+// kModeSquares (the float64 build, which exists for it: the rows are float32 in both): the same of (v - c)^2, c the
+// column's center, each operation rounded in float64 as the host's (precise: no fused multiply-add); v is formed
+// from its bits, and no float64 value here is subnormal.
 #include "common.glsl"
 #include "column_checks.h"
 
@@ -20,6 +23,9 @@ layout(local_size_x_id = kSpecThreads) in;
 layout(std430, binding = kBindingRows) readonly buffer XBuf { uint x[]; };
 layout(std430, binding = kBindingExponents) readonly buffer ExpBuf { int exponents[]; };
 layout(std430, binding = kBindingPartials) writeonly buffer PartialBuf { uint words[]; };
+#if defined(GPUML_F64)
+layout(std430, binding = kBindingCenter) readonly buffer CenterBuf { double centers[]; };
+#endif
 
 shared uint s_low[THREADS], s_high[THREADS], s_small[THREADS], s_finite[THREADS];
 shared int64_t s_whole[THREADS], s_fraction[THREADS];
@@ -76,6 +82,22 @@ void exact_term(uint bits, int e, out int64_t whole, out int64_t fraction) {
   }
 }
 
+#if defined(GPUML_F64)
+// The term of (v - c)^2 at exponent e, v the float32 value of `bits` (finite), as the host's double arithmetic forms it.
+void square_term(uint bits, double c, int e, out int64_t whole, out int64_t fraction) {
+  const uint magnitude = bits & 0x7FFFFFFFu, biased = magnitude >> 23;
+  const double m = double((magnitude & 0x7FFFFFu) | (biased != 0u ? 0x800000u : 0u));
+  const double v_abs = ldexp(m, biased != 0u ? int(biased) - 150 : -149);
+  precise const double deviation = ((bits & 0x80000000u) != 0u ? -v_abs : v_abs) - c;
+  precise const double square = deviation * deviation;
+  precise const double y = square * ldexp(1.0lf, e);
+  const double r = roundEven(y);
+  precise const double part = (y - r) * 4294967296.0lf;
+  whole = int64_t(r);
+  fraction = int64_t(roundEven(part));
+}
+#endif
+
 void main() {
   const uint t = gl_LocalInvocationID.x, cols = p.cols;
   const bool narrow = cols <= THREADS;
@@ -85,7 +107,10 @@ void main() {
   const uint block = p.first_group + gl_WorkGroupID.x;
   const uint row0 = block * p.rows_per_group, row_end = min(p.rows, row0 + p.rows_per_group);
   const uint stride = narrow ? lanes : cols;
-  const int e = MODE == kModeSums && reads ? exponents[column] : 0;
+  const int e = MODE != kModeRange && reads ? exponents[column] : 0;
+#if defined(GPUML_F64)
+  const double c = MODE == kModeSquares && reads ? centers[column] : 0.0lf;
+#endif
 
   uint low = 0xFFFFFFFFu, high = 0u, small = 0x7F800000u, finite = 1u;
   int64_t whole = 0l, fraction = 0l;
@@ -100,7 +125,12 @@ void main() {
         if (magnitude >= 0x7F800000u) finite = 0u;
       } else {
         int64_t w, f;
+#if defined(GPUML_F64)
+        if (MODE == kModeSquares) square_term(bits, c, e, w, f);
+        else exact_term(bits, e, w, f);
+#else
         exact_term(bits, e, w, f);
+#endif
         whole += w;
         fraction += f;
       }

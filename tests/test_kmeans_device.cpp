@@ -954,8 +954,9 @@ Matrix<float> awkward_columns(Eigen::Index n, Eigen::Index d, std::uint64_t salt
 }
 
 // The input checks' column passes on a device (kernels/column_checks.hpp) over rows a reservation copied there as
-// they are, against the host's passes: the same extremes, smallest magnitudes and exact sums' integers, with the
-// fit's exponents and smaller ones (whose terms round at 2^-32), narrow rows and rows wider than a workgroup,
+// they are, against the host's passes: the same extremes, smallest magnitudes and exact sums' integers (of the values
+// and of their squared deviations from the mean), with the fit's exponents and smaller ones (whose terms round at
+// 2^-32), narrow rows and rows wider than a workgroup,
 // across chunks; and a value that is not finite is seen.
 TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
   for (const auto& dev : devices()) {
@@ -1000,6 +1001,23 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
           EXPECT_NE(want.fraction.cwiseAbs().maxCoeff(), 0) << "no fractional parts: the test shows nothing";
         }
       }
+      // The squared deviations from the mean (the variances behind tol), in float64 where the device has it.
+      if (gpuml::kernels::can_sum_squares(device)) {
+        const Eigen::RowVectorXd mean = gpuml::algorithms::exact_column_sums(X, nullptr, fit_exponents).to_double() / n;
+        const Eigen::RowVectorXi square_exponents =
+            ExactColumnSums::exponents_for(gpuml::algorithms::column_bounds(host, &mean), n);
+        for (const int lower : {0, 9, 40}) {
+          const Eigen::RowVectorXi e = square_exponents.array() - lower;
+          const ExactColumnSums want = gpuml::algorithms::exact_column_sums(X, &mean, e);
+          ExactColumnSums got;
+          got.whole.setZero(d);
+          got.fraction.setZero(d);
+          got.exponents = e;
+          gpuml::kernels::exact_column_sums_on_device(device, chunks, d, got, &mean);
+          EXPECT_TRUE(got.whole == want.whole) << "squares, exponents lowered by " << lower;
+          EXPECT_TRUE(got.fraction == want.fraction) << "squares, exponents lowered by " << lower;
+        }
+      }
     }
     // A value that is not finite, in the last chunk.
     for (const float bad : {NAN, INFINITY, -INFINITY}) {
@@ -1016,7 +1034,7 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
 }
 
 // A fit whose input checks ran on its devices is the fit checked on the host, bit for bit: one device and shards,
-// both inits, a relative tol (its variances from the host), data with a subnormal (the rows are then centred on the
+// both inits, a relative tol (its variances on the device too), data with a subnormal (the rows are then centred on the
 // host and uploaded again), and bad input gets the host's error.
 TEST(KMeansDevice, FitsCheckedOnTheDeviceAreTheHostCheckedFits) {
   for (const auto& dev : devices()) {

@@ -285,7 +285,10 @@ class LocalRows {
   }
   Eigen::RowVectorXd exact_column_sums(MatrixView<T> X, const Eigen::RowVectorXd* center,
                                        const Eigen::RowVectorXi& exponents) {
-    if (!center && rows_on_devices()) {
+    // The squared deviations (the variances behind tol) where every device has float64.
+    const auto devices = devices_of(backend_);
+    const bool squares = std::all_of(devices.begin(), devices.end(), [](const vulkan::Device* d) { return kernels::can_sum_squares(*d); });
+    if ((!center || squares) && rows_on_devices()) {
       std::vector<algorithms::ExactColumnSums> part(resident_.size());
       for (auto& sums : part) {
         sums.whole.setZero(X.cols());
@@ -293,7 +296,7 @@ class LocalRows {
         sums.exponents = exponents;
       }
       if (on_devices([&](std::size_t s, vulkan::Device& device, const std::vector<kernels::ResidentChunk>& chunks) {
-            kernels::exact_column_sums_on_device(device, chunks, static_cast<std::uint32_t>(X.cols()), part[s]);
+            kernels::exact_column_sums_on_device(device, chunks, static_cast<std::uint32_t>(X.cols()), part[s], center);
           })) {
         for (std::size_t s = 1; s < part.size(); ++s) {
           part.front().whole += part[s].whole;

@@ -1,5 +1,5 @@
-// The k-means fit's input checks on a device: algorithms::column_range and algorithms::exact_column_sums (without a
-// center) over float32 rows already in device memory as the host holds them (the chunks a fit reserved and filled
+// The k-means fit's input checks on a device: algorithms::column_range and algorithms::exact_column_sums (of the
+// values, and of their squared deviations from a center where the device has float64) over float32 rows already in device memory as the host holds them (the chunks a fit reserved and filled
 // with its rows: kernels::reserve_samples), with the host's results bit for bit and without its passes over X.
 #pragma once
 
@@ -43,7 +43,7 @@ inline std::uint64_t rows_per_group(std::uint64_t cols) {
 /// block and column `words` each, in chunk order.
 inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::vector<ResidentChunk>& chunks,
                                            std::uint32_t cols, std::uint32_t mode, std::uint32_t words,
-                                           const std::vector<std::int32_t>& exponents) {
+                                           const std::vector<std::int32_t>& exponents, const std::vector<double>& centers = {}) {
   namespace shader = shader_interface::column_checks;
   const std::uint64_t group_rows = rows_per_group(cols);
   const std::uint32_t column_blocks = cols <= kColumnCheckThreads ? 1 : static_cast<std::uint32_t>(ceil_div(cols, kColumnCheckThreads));
@@ -56,9 +56,12 @@ inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::ve
   }
   const vulkan::Buffer partials = device.buffer(std::max<std::uint64_t>(bytes, 4));
   const vulkan::Buffer exps = device.buffer(std::max<std::uint64_t>(cols, 1) * 4);
-  if (mode == shader::kModeSums) vulkan::upload(device, exps, 0, exponents.data(), cols * 4);
-  const auto& k = device.kernel(shaders::column_checks_kernel::spec<float>(
-      spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kColumnCheckThreads}, {shader::kSpecMode, mode}})));
+  if (mode != shader::kModeRange) vulkan::upload(device, exps, 0, exponents.data(), cols * 4);
+  const bool squares = mode == shader::kModeSquares;  // the float64 build (the rows are float32 in both)
+  const vulkan::Buffer center = device.buffer(squares ? cols * sizeof(double) : 8);
+  if (squares) vulkan::upload(device, center, 0, centers.data(), cols * sizeof(double));
+  const auto spec = spec_constants(shader::kSpecCount, {{shader::kSpecThreads, kColumnCheckThreads}, {shader::kSpecMode, mode}});
+  const auto& k = device.kernel(squares ? shaders::column_checks_kernel::spec<double>(spec) : shaders::column_checks_kernel::spec<float>(spec));
   const std::uint64_t max_x = std::max<std::uint32_t>(1, device.info().max_workgroup_count[0]);
   if (column_blocks > device.info().max_workgroup_count[1])
     throw unsupported("column_checks: " + std::to_string(cols) + " columns exceed the device's workgroup grid");
@@ -70,7 +73,8 @@ inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::ve
                               .rows_per_group = static_cast<std::uint32_t>(group_rows),
                               .first_group = static_cast<std::uint32_t>(first)};
       cmds.dispatch(k, {{shader::kBindingRows, *chunks[i].x}, {shader::kBindingExponents, exps},
-                        {shader::kBindingPartials, vulkan::BufferSlice(partials, offsets[i], block_bytes)}},
+                        {shader::kBindingPartials, vulkan::BufferSlice(partials, offsets[i], block_bytes)},
+                        {shader::kBindingCenter, center}},
                     push, static_cast<std::uint32_t>(std::min(max_x, blocks - first)), column_blocks);
     }
   }
@@ -116,14 +120,19 @@ inline bool column_range_on_device(vulkan::Device& device, const std::vector<Res
   return finite;
 }
 
-/// algorithms::exact_column_sums(X, nullptr, sums.exponents) over the float32 rows of `chunks` on `device`, added
-/// into `sums` (integer sums: the same whatever the cut).
+/// Whether exact_column_sums_on_device forms sums of squared deviations on `device` (float64 arithmetic).
+inline bool can_sum_squares(const vulkan::Device& device) { return device.info().float64; }
+
+/// algorithms::exact_column_sums(X, center, sums.exponents) over the float32 rows of `chunks` on `device`, added into
+/// `sums` (integer sums: the same whatever the cut). With a center, only where can_sum_squares.
 inline void exact_column_sums_on_device(vulkan::Device& device, const std::vector<ResidentChunk>& chunks, std::uint32_t cols,
-                                        algorithms::ExactColumnSums& sums) {
+                                        algorithms::ExactColumnSums& sums, const Eigen::RowVectorXd* center = nullptr) {
   namespace shader = shader_interface::column_checks;
+  if (center && !can_sum_squares(device)) throw unsupported(device.info().name + " has no shaderFloat64 for the variances");
   const std::vector<std::int32_t> exponents(sums.exponents.data(), sums.exponents.data() + cols);
-  const std::vector<std::uint32_t> words =
-      column_checks_detail::run_pass(device, chunks, cols, shader::kModeSums, 2 * shader::kSumWords, exponents);
+  const std::vector<double> centers = center ? std::vector<double>(center->data(), center->data() + cols) : std::vector<double>{};
+  const std::vector<std::uint32_t> words = column_checks_detail::run_pass(
+      device, chunks, cols, center ? shader::kModeSquares : shader::kModeSums, 2 * shader::kSumWords, exponents, centers);
   for (std::size_t o = 0; o < words.size(); o += 2 * shader::kSumWords) {
     const std::size_t f = (o / (2 * shader::kSumWords)) % cols;
     sums.whole[f] += static_cast<std::int64_t>(words[o] | (std::uint64_t(words[o + 1]) << 32));
