@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gpuml/core/checks.hpp>
+#include <gpuml/core/cpu.hpp>
 #include <gpuml/core/error.hpp>
 #include <gpuml/core/iteration.hpp>
 #include <gpuml/core/matrix.hpp>
@@ -146,7 +147,7 @@ std::int64_t column_lanes(const M& X) {
 /// Calls run(values, count) over rows [begin, end) of X in the lanes of column_lanes(X): values[j] belongs to lane j
 /// (count: a whole number of rows, at most column_lanes(X) values).
 template <class M, class Run>
-void for_each_lane_run(const M& X, std::int64_t begin, std::int64_t end, Run&& run) {
+GPUML_ALWAYS_INLINE inline void for_each_lane_run(const M& X, std::int64_t begin, std::int64_t end, Run&& run) {
   const std::int64_t d = X.cols(), lanes = column_lanes(X), rows_per_run = lanes / std::max<std::int64_t>(d, 1);
   std::int64_t i = begin;
   for (; rows_per_run > 1 && i + rows_per_run <= end; i += rows_per_run) run(X.data() + i * X.outerStride(), lanes);
@@ -174,17 +175,19 @@ bool column_range(const M& X, ColumnRange& range, bool smallest = false) {
       std::fill(lo, lo + lanes, inf);
       std::fill(hi, hi + lanes, -inf);
       std::fill(small, small + lanes, with_smallest ? inf : T(0));
-      for_each_lane_run(X, begin, end, [&](const T* v, std::int64_t count) {
-        for (std::int64_t j = 0; j < count; ++j) {
-          const T x = v[j];
-          s[j] += x;
-          lo[j] = x < lo[j] ? x : lo[j];
-          hi[j] = x > hi[j] ? x : hi[j];
-          if constexpr (decltype(with_smallest)::value) {
-            const T a = std::abs(x), m = a == 0 ? inf : a;
-            small[j] = m < small[j] ? m : small[j];
+      with_best_isa([&]() GPUML_ALWAYS_INLINE {
+        for_each_lane_run(X, begin, end, [&](const T* v, std::int64_t count) GPUML_ALWAYS_INLINE {
+          for (std::int64_t j = 0; j < count; ++j) {
+            const T x = v[j];
+            s[j] += x;
+            lo[j] = x < lo[j] ? x : lo[j];
+            hi[j] = x > hi[j] ? x : hi[j];
+            if constexpr (decltype(with_smallest)::value) {
+              const T a = std::abs(x), m = a == 0 ? inf : a;
+              small[j] = m < small[j] ? m : small[j];
+            }
           }
-        }
+        });
       });
       T* out = part.data() + c * 3 * d;
       T *olo = out, *ohi = out + d, *osmall = out + 2 * d;
@@ -308,18 +311,22 @@ ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, 
       std::vector<double> acc(static_cast<std::size_t>(2 * lanes), 0.0);
       double *whole = acc.data(), *fraction = whole + lanes;
       const double *scale = lane_scale.data(), *ctr = lane_center.data();
-      for_each_lane_run(X, begin, end, [&](const auto* values, std::int64_t count) {
-        for (std::int64_t j = 0; j < count; ++j) {
-          double v = static_cast<double>(values[j]);
-          if constexpr (decltype(with_center)::value) {
-            v -= ctr[j];
-            v *= v;
+      // Every product here is by a power of two, or a square not followed by an addition: fusing multiplies into
+      // adds (the AVX2+FMA build) cannot change a term.
+      with_best_isa([&]() GPUML_ALWAYS_INLINE {
+        for_each_lane_run(X, begin, end, [&](const auto* values, std::int64_t count) GPUML_ALWAYS_INLINE {
+          for (std::int64_t j = 0; j < count; ++j) {
+            double v = static_cast<double>(values[j]);
+            if constexpr (decltype(with_center)::value) {
+              v -= ctr[j];
+              v *= v;
+            }
+            // |y| <= 2^37 and its fraction times 2^32 below 2^31: both round by the shift of round_to_even.
+            const double y = v * scale[j], r = (y + kShift) - kShift;
+            whole[j] += r;
+            fraction[j] += ((y - r) * kFraction + kShift) - kShift;
           }
-          // |y| <= 2^37 and its fraction times 2^32 below 2^31: both round by the shift of round_to_even.
-          const double y = v * scale[j], r = (y + kShift) - kShift;
-          whole[j] += r;
-          fraction[j] += ((y - r) * kFraction + kShift) - kShift;
-        }
+        });
       });
       auto& out = part[static_cast<std::size_t>(c)];
       out.setZero(2, d);

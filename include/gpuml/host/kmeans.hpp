@@ -218,7 +218,7 @@ template <class T>
 void potential_tile(const T* xt, std::int64_t d, const T* c, const T* closest, T* out) {
 #if GPUML_HOST_VECTORS
 #if GPUML_HOST_AVX2_DISPATCH
-  if (simd::cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, out);
+  if (cpu_has_avx2_fma()) return potential_tile_avx2<T>(xt, d, c, closest, out);
 #endif
   potential_tile_base<T>(xt, d, c, closest, out);
 #else
@@ -270,7 +270,7 @@ void argmin_chunk(const MatrixView<T>& X, std::int64_t begin, std::int64_t m, co
   if (m < kChunk)
     for (std::int64_t f = 0; f < d; ++f) std::fill(xt + f * kChunk + m, xt + (f + 1) * kChunk, T(0));
 #if GPUML_HOST_AVX2_DISPATCH
-  if (simd::cpu_has_avx2_fma()) {
+  if (cpu_has_avx2_fma()) {
     argmin_tile_avx2<T>(xt, d, terms.minus2.data(), terms.norms.data(), k, s.best, s.label);
     return;
   }

@@ -235,7 +235,7 @@ void select_candidates(MatrixView<T> database, MatrixView<T> queries, int k, Met
   const ArrayMap qinv_arr(qinv.data(), static_cast<Index>(qinv.size()));
   const ArrayMap dn_arr(dn.data(), static_cast<Index>(dn.size()));
   const ArrayMap dinv_arr(dinv.data(), static_cast<Index>(dinv.size()));
-  const bool avx2 = use_gemm && GPUML_KNN_AVX2_DISPATCH && simd::cpu_has_avx2_fma();
+  const bool avx2 = use_gemm && GPUML_KNN_AVX2_DISPATCH && cpu_has_avx2_fma();
 
   auto task = [&](std::int64_t t, std::int64_t, std::int64_t) {
     const Index chunk = t / n_slabs, slab = t % n_slabs;

@@ -1,9 +1,11 @@
 // The host engines' one SIMD layer: GCC/Clang vector types of 16 and 32 bytes, unaligned loads and stores, and the
-// run-time choice of AVX2+FMA code on x86. A kernel is written once as a template over the vector width and built
-// for the baseline ISA and, on x86, for AVX2+FMA (GPUML_HOST_AVX2 marks those functions), chosen at run time by
-// cpu_has_avx2_fma(): a generic x86-64 build still runs 32-byte vectors with fused multiply-adds where the CPU
-// has them. Compilers without vector extensions get GPUML_HOST_VECTORS 0 and the engines' scalar code.
+// run-time choice of AVX2+FMA code on x86 (core/cpu.hpp). A kernel is written once as a template over the vector
+// width and built for the baseline ISA and, on x86, for AVX2+FMA (GPUML_HOST_AVX2 marks those functions), chosen at
+// run time by cpu_has_avx2_fma(): a generic x86-64 build still runs 32-byte vectors with fused multiply-adds where
+// the CPU has them. Compilers without vector extensions get GPUML_HOST_VECTORS 0 and the engines' scalar code.
 #pragma once
+
+#include <gpuml/core/cpu.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -14,25 +16,7 @@
 #define GPUML_HOST_VECTORS 0
 #endif
 
-#if GPUML_HOST_VECTORS && (defined(__x86_64__) || defined(__i386__))
-#define GPUML_HOST_AVX2_DISPATCH 1
-#define GPUML_HOST_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define GPUML_HOST_AVX2_DISPATCH 0
-#define GPUML_HOST_AVX2
-#endif
-
 namespace gpuml::host::simd {
-
-/// Whether this CPU runs the GPUML_HOST_AVX2 builds of the kernels (x86 with AVX2 and FMA).
-inline bool cpu_has_avx2_fma() {
-#if GPUML_HOST_AVX2_DISPATCH
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
 
 #if GPUML_HOST_VECTORS
 /// A vector of Bytes / sizeof(T) lanes of T (V) and the integer vector its comparisons give (I).

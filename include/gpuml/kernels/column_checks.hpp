@@ -1,6 +1,7 @@
 // The k-means fit's input checks on a device: algorithms::column_range and algorithms::exact_column_sums (of the
-// values, and of their squared deviations from a center where the device has float64) over float32 rows already in device memory as the host holds them (the chunks a fit reserved and filled
-// with its rows: kernels::reserve_samples), with the host's results bit for bit and without its passes over X.
+// values, and of their squared deviations from a center where the device has float64) over float32 rows already in
+// device memory as the host holds them (the chunks a fit reserved and filled with its rows:
+// kernels::reserve_samples), with the host's results bit for bit and without its passes over X.
 #pragma once
 
 #include <gpuml/algorithms/kmeans.hpp>
