@@ -287,7 +287,8 @@ class LocalRows {
                                        const Eigen::RowVectorXi& exponents) {
     // The squared deviations (the variances behind tol) where every device has float64.
     const auto devices = devices_of(backend_);
-    const bool squares = std::all_of(devices.begin(), devices.end(), [](const vulkan::Device* d) { return kernels::can_sum_squares(*d); });
+    const bool squares =
+        std::all_of(devices.begin(), devices.end(), [](const vulkan::Device* d) { return kernels::can_sum_squares(*d); });
     if ((!center || squares) && rows_on_devices()) {
       std::vector<algorithms::ExactColumnSums> part(resident_.size());
       for (auto& sums : part) {
@@ -318,8 +319,8 @@ class LocalRows {
   /// a failure leaves the engines to allocate.
   ///
   /// Where the devices can check the rows (Config::device_checks, float32 rows centred on the devices), the
-  /// reservation also copies each shard's rows there as they are, every chunk's copy beside the next one's
-  /// allocation, and the input checks' column passes then run on the devices (column_range, exact_column_sums).
+  /// reservation also copies each shard's rows there as they are once its chunks are allocated, and the input
+  /// checks' column passes then run on the devices (column_range, exact_column_sums).
   void reserve_samples(MatrixView<T> X, const KMeansParams& p) {
     const std::int64_t n = X.rows(), d = X.cols();
     if (!backend_.is_vulkan() || n <= 0 || d <= 0) return;
@@ -446,7 +447,7 @@ class LocalRows {
   // Declared after resident_: a reservation still running when the fit fails ends before resident_ goes.
   std::atomic<bool> enough_reserved_{false};
   std::atomic<bool> abandoned_{false};  // the fit failed: a reservation copying rows stops after its chunk in hand
-  bool rows_copied_ = false;            // the reservation copies the rows as they are (then: copied)
+  bool rows_copied_ = false;            // the reservation copies the rows as they are (once waited for: it did)
   bool checks_on_device_ = false;
   std::future<void> reserving_;
 };
