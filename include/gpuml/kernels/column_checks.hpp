@@ -67,6 +67,7 @@ inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::ve
   if (column_blocks > device.info().max_workgroup_count[1])
     throw unsupported("column_checks: " + std::to_string(cols) + " columns exceed the device's workgroup grid");
   vulkan::Commands cmds(device);
+  cmds.barrier();  // the rows' copies (earlier submissions), visible to the shader
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const std::uint64_t blocks = ceil_div(chunks[i].rows, group_rows), block_bytes = blocks * cols * words * 4;
     for (std::uint64_t first = 0; first < blocks; first += max_x) {

@@ -159,16 +159,22 @@ void record_shift_rows(vulkan::Device& device, vulkan::Commands& cmds, vulkan::B
   cmds.dispatch(k, {{shader::kBindingRows, x}, {shader::kBindingShift, shift}}, push, grid.x, grid.y);
 }
 
-/// Whether rows of X go to `device` as they are and are centred there (record_shift_rows), where X holds no
-/// subnormal: always where the device reads the host memory in place, and where the host stages into memory it
-/// cannot map if Config::device_centring is on. The host then only copies (or not even that), and the device's
-/// subtraction rounds as the host's.
+/// Whether `device` may subtract X's shift from its rows in place (record_shift_rows): X holds no subnormal (Config::
+/// may_centre_on_device holds, which is where the checks look for them), its rows are contiguous, and the device
+/// computes in T. Its subtraction then rounds as the host's.
+template <class T>
+bool shifts_on_device(const vulkan::Device& device, const ShiftedView<T>& X) {
+  const bool contiguous = X.X.innerStride() == 1 && (X.X.outerStride() == X.cols() || X.rows() <= 1);
+  return X.shift && X.subnormal_free && contiguous && (!std::is_same_v<T, double> || device.info().float64);
+}
+
+/// Whether rows of X go to `device` as they are and are centred there (record_shift_rows): where shifts_on_device
+/// holds and the device reads the host memory in place, or the host stages into memory it cannot map and
+/// Config::device_centring is on. The host then only copies (or not even that).
 template <class T>
 bool centres_on_device(const vulkan::Device& device, const ShiftedView<T>& X, const vulkan::Buffer& dst) {
-  const bool contiguous = X.X.innerStride() == 1 && (X.X.outerStride() == X.cols() || X.rows() <= 1);
-  // Only where Config::may_centre_on_device holds, which is where the checks look for subnormals.
   const bool raw_copy = vulkan::uploads_in_place(device) || (!dst.mapped() && config().device_centring());
-  return X.shift && X.subnormal_free && contiguous && raw_copy && (!std::is_same_v<T, double> || device.info().float64);
+  return raw_copy && shifts_on_device(device, X);
 }
 
 /// Rows [r0, r0 + rows) of X less its shift into `dst`: centred on the device where centres_on_device says so
@@ -216,14 +222,17 @@ std::vector<ResidentChunk> place_samples(vulkan::Device& device, const ShiftedVi
     const std::size_t i = chunks.size();
     auto x = i < reserved.size() ? reserved[i].x : std::make_shared<vulkan::Buffer>(device.buffer(c.rows * d * s, memory, shared));
     auto wb = i < reserved.size() ? reserved[i].w : std::make_shared<vulkan::Buffer>(device.buffer(c.rows * s, memory, shared));
-    if (!shift && centres_on_device<T>(device, X, *x)) {
+    // Rows already there as they are (rows_written) are centred in place wherever the device may.
+    const bool written = i < reserved.size() && rows_written;
+    if (!shift && (written ? shifts_on_device<T>(device, X) : centres_on_device<T>(device, X, *x))) {
       shift.emplace(device.buffer(d * s));
       vulkan::upload(device, *shift, 0, X.shift, d * s);
     }
     const auto copy_start = std::chrono::steady_clock::now();
-    if (i < reserved.size() && rows_written && (shift || !X.shift)) {
+    if (written && (shift || !X.shift)) {
       if (shift) {
         vulkan::Commands cmds(device);
+        cmds.barrier();  // the reservation's copies, visible to the shader
         record_shift_rows<T>(device, cmds, *x, *shift, c.rows, static_cast<std::uint32_t>(d));
         cmds.submit_and_wait();
       }
