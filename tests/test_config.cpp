@@ -69,6 +69,7 @@ TEST(Config, DefaultsWithoutTheEnvironment) {
   EXPECT_EQ(c.upload(), gpuml::Upload::staged);
   EXPECT_TRUE(c.device_centring());
   EXPECT_TRUE(c.device_checks());
+  EXPECT_EQ(c.device_checks_min_bytes(), std::uint64_t(32) << 20);
 }
 
 TEST(Config, EveryVariableFeedsItsKnob) {

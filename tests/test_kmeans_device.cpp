@@ -1035,7 +1035,8 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
 
 // A fit whose input checks ran on its devices is the fit checked on the host, bit for bit: one device and shards,
 // both inits, a relative tol (its variances on the device too), data with a subnormal (the rows are then centred on the
-// host and uploaded again), and bad input gets the host's error.
+// host and uploaded again), and bad input gets the host's error. X below Config::device_checks_min_bytes (as here,
+// unless set to 0) is checked on the host.
 TEST(KMeansDevice, FitsCheckedOnTheDeviceAreTheHostCheckedFits) {
   for (const auto& dev : devices()) {
     const std::string index = std::to_string(dev.backend.device()->info().index);
@@ -1059,6 +1060,9 @@ TEST(KMeansDevice, FitsCheckedOnTheDeviceAreTheHostCheckedFits) {
         }
         EXPECT_FALSE(host_checked.checks_on_device);
         for (const std::string& choice : {index, index + "," + index}) {
+          // This X is below the size from which the devices check by default: the host checks.
+          EXPECT_FALSE(gpuml::fit_kmeans<float>(gpuml::select_backend(choice), *data, nullptr, p).checks_on_device);
+          gpuml::ScopedConfig any_size(gpuml::config().set_device_checks_min_bytes(0));
           const auto fit = gpuml::fit_kmeans<float>(gpuml::select_backend(choice), *data, nullptr, p);
           EXPECT_TRUE(fit.checks_on_device) << choice;
           EXPECT_TRUE(fit.labels == host_checked.labels) << choice;
@@ -1081,6 +1085,7 @@ TEST(KMeansDevice, FitsCheckedOnTheDeviceAreTheHostCheckedFits) {
       on_host = e.what();
     }
     try {
+      gpuml::ScopedConfig any_size(gpuml::config().set_device_checks_min_bytes(0));
       gpuml::fit_kmeans<float>(dev.backend, bad, nullptr, p);
     } catch (const gpuml::invalid_input& e) {
       on_device = e.what();

@@ -111,6 +111,10 @@ class Config {
   /// over X.
   bool device_checks() const { return device_checks_; }
   Config& set_device_checks(bool on) { return device_checks_ = on, *this; }
+  /// The smallest X, in bytes, whose checks run on the devices: below it the host's passes cost less than the
+  /// devices' round trips (0: any X, as tests ask).
+  std::uint64_t device_checks_min_bytes() const { return device_checks_min_bytes_; }
+  Config& set_device_checks_min_bytes(std::uint64_t bytes) { return device_checks_min_bytes_ = bytes, *this; }
 
   static constexpr std::uint64_t kDefaultKnnSample = 16;
 
@@ -207,6 +211,7 @@ class Config {
   Upload upload_ = Upload::staged;
   bool device_centring_ = true;
   bool device_checks_ = true;
+  std::uint64_t device_checks_min_bytes_ = std::uint64_t(32) << 20;
 };
 
 namespace config_detail {

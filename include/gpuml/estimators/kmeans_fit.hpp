@@ -318,7 +318,8 @@ class LocalRows {
   /// (allocation competes with the checks for the host, and may take longer). Nothing where the backend is the host;
   /// a failure leaves the engines to allocate.
   ///
-  /// Where the devices can check the rows (Config::device_checks, float32 rows centred on the devices), the
+  /// Where the devices can check the rows (Config::device_checks, float32 rows centred on the devices, at least
+  /// Config::device_checks_min_bytes of them), the
   /// reservation also copies each shard's rows there as they are once its chunks are allocated, and the input
   /// checks' column passes then run on the devices (column_range, exact_column_sums).
   void reserve_samples(MatrixView<T> X, const KMeansParams& p) {
@@ -339,7 +340,8 @@ class LocalRows {
                                       : kernels::LloydEngine<T>::sample_chunk_rows(*devices[s], r, static_cast<std::uint32_t>(cols), k, e_step, tile_);
     }
     const bool contiguous = X.innerStride() == 1 && (X.outerStride() == d || n <= 1);
-    bool copy_rows = std::is_same_v<T, float> && config().device_checks() && config().may_centre_on_device() && contiguous;
+    bool copy_rows = std::is_same_v<T, float> && config().device_checks() && config().may_centre_on_device() && contiguous &&
+                     static_cast<std::uint64_t>(n) * cols * sizeof(T) >= config().device_checks_min_bytes();
     for (std::size_t s = 0; s < shards; ++s) copy_rows = copy_rows && kernels::can_check_columns(*devices[s], chunk_rows[s], cols);
     rows_copied_ = copy_rows;
     try {
