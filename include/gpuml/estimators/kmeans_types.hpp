@@ -9,13 +9,15 @@ namespace gpuml {
 
 /// Where a KMeans fit spent its wall time, in seconds: what benchmarks of the whole fit report beside the iterations.
 struct FitTimes {
-  double checks = 0;      ///< input checks and the column statistics (mean, tolerance)
+  double checks = 0;      ///< input checks and the column statistics (mean, tolerance); where the devices check,
+                          ///< the wait for the reservation's allocation and copy too
   double reserve = 0;     ///< device memory for the samples allocated beside the checks (the slowest device's)
   double seeding = 0;     ///< initial centers, every run
   double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
   double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
   double upload = 0;      ///< X's and the weights' copies to the devices, centring included (the slowest device's;
-                          ///< in the set-up, or in the seeding where k-means++ uploads first)
+                          ///< in the set-up, in the seeding where k-means++ uploads first, or in the checks where
+                          ///< the devices check the rows the reservation copied)
   double iterations = 0;  ///< of which the iterations (every run's iteration_seconds)
   double finish = 0;      ///< of which the final E-steps, inertia and labels
   double total = 0;       ///< the whole fit
