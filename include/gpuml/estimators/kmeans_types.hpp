@@ -11,7 +11,8 @@ namespace gpuml {
 struct FitTimes {
   double checks = 0;      ///< input checks and the column statistics (mean, tolerance); where the devices check,
                           ///< the wait for the reservation's allocation and copy too
-  double reserve = 0;     ///< device memory for the samples allocated beside the checks (the slowest device's)
+  double reserve = 0;     ///< device memory for the samples allocated beside the checks (the slowest device's;
+                          ///< with the rows' copy where the devices check them)
   double seeding = 0;     ///< initial centers, every run
   double lloyd = 0;       ///< Lloyd runs in all: the data's upload, iterations, final E-step, inertia, labels
   double setup = 0;       ///< of which the engines' set-up (on a device: allocation and the upload of X)
