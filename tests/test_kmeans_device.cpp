@@ -970,10 +970,10 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
       const auto& chunks = resident.reserved_rows();
       ASSERT_EQ(chunks.size(), static_cast<std::size_t>((n + chunk_rows - 1) / chunk_rows)) << "the rows were not copied";
       ASSERT_TRUE(gpuml::kernels::can_check_columns(device, chunk_rows, d));
+      gpuml::algorithms::ColumnRange no_columns = gpuml::algorithms::ColumnRange::empty(0);
+      EXPECT_THROW(gpuml::kernels::column_range_on_device(device, chunks, 0, no_columns), gpuml::unsupported);
 
-      gpuml::algorithms::ColumnRange host, on_device{Eigen::RowVectorXd::Constant(d, INFINITY),
-                                                      Eigen::RowVectorXd::Constant(d, -INFINITY),
-                                                      Eigen::RowVectorXd::Constant(d, INFINITY)};
+      gpuml::algorithms::ColumnRange host, on_device = gpuml::algorithms::ColumnRange::empty(d);
       ASSERT_TRUE(gpuml::algorithms::column_range(X, host, /*smallest=*/true));
       ASSERT_TRUE(gpuml::kernels::column_range_on_device(device, chunks, d, on_device));
       for (Eigen::Index f = 0; f < d; ++f) {
@@ -990,10 +990,7 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
       for (const int lower : {0, 9, 40, 200}) {
         const Eigen::RowVectorXi e = fit_exponents.array() - lower;
         const ExactColumnSums want = gpuml::algorithms::exact_column_sums(X, nullptr, e);
-        ExactColumnSums got;
-        got.whole.setZero(d);
-        got.fraction.setZero(d);
-        got.exponents = e;
+        ExactColumnSums got = ExactColumnSums::zero(e);
         gpuml::kernels::exact_column_sums_on_device(device, chunks, d, got);
         EXPECT_TRUE(got.whole == want.whole) << "exponents lowered by " << lower;
         EXPECT_TRUE(got.fraction == want.fraction) << "exponents lowered by " << lower;
@@ -1009,10 +1006,7 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
         for (const int lower : {0, 9, 40}) {
           const Eigen::RowVectorXi e = square_exponents.array() - lower;
           const ExactColumnSums want = gpuml::algorithms::exact_column_sums(X, &mean, e);
-          ExactColumnSums got;
-          got.whole.setZero(d);
-          got.fraction.setZero(d);
-          got.exponents = e;
+          ExactColumnSums got = ExactColumnSums::zero(e);
           gpuml::kernels::exact_column_sums_on_device(device, chunks, d, got, &mean);
           EXPECT_TRUE(got.whole == want.whole) << "squares, exponents lowered by " << lower;
           EXPECT_TRUE(got.fraction == want.fraction) << "squares, exponents lowered by " << lower;
@@ -1026,8 +1020,7 @@ TEST(KMeansDevice, ColumnChecksOnTheDeviceAreTheHosts) {
       const gpuml::MatrixView<float> view(X);
       gpuml::kernels::ResidentSamples<float> resident;
       gpuml::kernels::reserve_samples<float>(device, 700, 3, 300, resident, nullptr, &view);
-      gpuml::algorithms::ColumnRange range{Eigen::RowVectorXd::Constant(3, INFINITY), Eigen::RowVectorXd::Constant(3, -INFINITY),
-                                           Eigen::RowVectorXd::Constant(3, INFINITY)};
+      gpuml::algorithms::ColumnRange range = gpuml::algorithms::ColumnRange::empty(3);
       EXPECT_FALSE(gpuml::kernels::column_range_on_device(device, resident.reserved_rows(), 3, range)) << bad;
     }
   }

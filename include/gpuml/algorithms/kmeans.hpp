@@ -114,6 +114,18 @@ struct ColumnRange {
   /// The smallest nonzero magnitude of each column (infinity: only zeros, or no rows), where column_range was asked
   /// for it; else 0 (unknown, as if subnormal).
   Eigen::RowVectorXd smallest;
+
+  /// The range of no rows of d columns, which merge widens.
+  static ColumnRange empty(Eigen::Index d) {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    return {Eigen::RowVectorXd::Constant(d, inf), Eigen::RowVectorXd::Constant(d, -inf), Eigen::RowVectorXd::Constant(d, inf)};
+  }
+  /// Widens this range by `other`'s (the range of both sets of rows).
+  void merge(const ColumnRange& other) {
+    lowest = lowest.cwiseMin(other.lowest);
+    highest = highest.cwiseMax(other.highest);
+    smallest = smallest.cwiseMin(other.smallest);
+  }
 };
 
 /// Whether no value of X (whose columns `range` describes), of `shift` or of X - shift is subnormal in T: every
@@ -206,9 +218,8 @@ bool column_range(const M& X, ColumnRange& range, bool smallest = false) {
   };
   if (smallest) pass(std::true_type{});
   else pass(std::false_type{});
-  constexpr double dinf = std::numeric_limits<double>::infinity();
-  range = {Eigen::RowVectorXd::Constant(d, dinf), Eigen::RowVectorXd::Constant(d, -dinf),
-           Eigen::RowVectorXd::Constant(d, smallest ? dinf : 0.0)};
+  range = ColumnRange::empty(d);
+  if (!smallest) range.smallest.setZero();
   bool all_finite = true;
   for (std::int64_t c = 0; c < chunks; ++c) {
     const T* p = part.data() + c * 3 * d;
@@ -256,6 +267,20 @@ inline int sum_bits(double bound, std::int64_t rows) {
 struct ExactColumnSums {
   Eigen::Matrix<std::int64_t, 1, Eigen::Dynamic> whole, fraction;  ///< sums of round(y) and of the 2^-32 parts
   Eigen::RowVectorXi exponents;
+
+  /// Sums of no terms, at `e`.
+  static ExactColumnSums zero(const Eigen::RowVectorXi& e) {
+    ExactColumnSums sums;
+    sums.whole.setZero(e.size());
+    sums.fraction.setZero(e.size());
+    sums.exponents = e;
+    return sums;
+  }
+  /// Adds `other`'s integers (sums at the same exponents over other rows).
+  void add(const ExactColumnSums& other) {
+    whole += other.whole;
+    fraction += other.fraction;
+  }
 
   /// The exponents for sums of `rows` terms per column, each at most `bound[f]` in magnitude.
   static Eigen::RowVectorXi exponents_for(const Eigen::RowVectorXd& bound, std::int64_t rows) {
@@ -338,10 +363,7 @@ ExactColumnSums exact_column_sums(const M& X, const Eigen::RowVectorXd* center, 
   };
   if (center) pass(std::true_type{});
   else pass(std::false_type{});
-  ExactColumnSums sums;
-  sums.whole.setZero(d);
-  sums.fraction.setZero(d);
-  sums.exponents = exponents;
+  ExactColumnSums sums = ExactColumnSums::zero(exponents);
   for (const auto& p : part) {
     sums.whole += p.row(0);
     sums.fraction += p.row(1);

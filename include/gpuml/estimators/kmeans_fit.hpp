@@ -27,7 +27,6 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
-#include <limits>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -263,20 +262,13 @@ class LocalRows {
   bool column_range(MatrixView<T> X, algorithms::ColumnRange& range, bool smallest) {
     if (rows_on_devices()) {
       const Eigen::Index d = X.cols();
-      constexpr double inf = std::numeric_limits<double>::infinity();
-      std::vector<algorithms::ColumnRange> part(resident_.size(), {Eigen::RowVectorXd::Constant(d, inf),
-                                                                   Eigen::RowVectorXd::Constant(d, -inf),
-                                                                   Eigen::RowVectorXd::Constant(d, inf)});
+      std::vector<algorithms::ColumnRange> part(resident_.size(), algorithms::ColumnRange::empty(d));
       std::vector<char> finite(resident_.size(), 1);
       if (on_devices([&](std::size_t s, vulkan::Device& device, const std::vector<kernels::ResidentChunk>& chunks) {
             finite[s] = kernels::column_range_on_device(device, chunks, static_cast<std::uint32_t>(d), part[s]);
           })) {
         range = part.front();
-        for (std::size_t s = 1; s < part.size(); ++s) {
-          range.lowest = range.lowest.cwiseMin(part[s].lowest);
-          range.highest = range.highest.cwiseMax(part[s].highest);
-          range.smallest = range.smallest.cwiseMin(part[s].smallest);
-        }
+        for (std::size_t s = 1; s < part.size(); ++s) range.merge(part[s]);
         if (!smallest) range.smallest.setZero();
         return std::all_of(finite.begin(), finite.end(), [](char f) { return f != 0; });
       }
@@ -290,19 +282,11 @@ class LocalRows {
     const bool squares =
         std::all_of(devices.begin(), devices.end(), [](const vulkan::Device* d) { return kernels::can_sum_squares(*d); });
     if ((!center || squares) && rows_on_devices()) {
-      std::vector<algorithms::ExactColumnSums> part(resident_.size());
-      for (auto& sums : part) {
-        sums.whole.setZero(X.cols());
-        sums.fraction.setZero(X.cols());
-        sums.exponents = exponents;
-      }
+      std::vector<algorithms::ExactColumnSums> part(resident_.size(), algorithms::ExactColumnSums::zero(exponents));
       if (on_devices([&](std::size_t s, vulkan::Device& device, const std::vector<kernels::ResidentChunk>& chunks) {
             kernels::exact_column_sums_on_device(device, chunks, static_cast<std::uint32_t>(X.cols()), part[s], center);
           })) {
-        for (std::size_t s = 1; s < part.size(); ++s) {
-          part.front().whole += part[s].whole;
-          part.front().fraction += part[s].fraction;
-        }
+        for (std::size_t s = 1; s < part.size(); ++s) part.front().add(part[s]);
         return part.front().to_double();
       }
     }

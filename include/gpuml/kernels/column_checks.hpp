@@ -16,8 +16,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <vector>
 
 namespace gpuml::kernels {
@@ -40,12 +38,24 @@ inline std::uint64_t rows_per_group(std::uint64_t cols) {
   return std::max<std::uint64_t>(1, kColumnCheckGroupValues / width);
 }
 
-/// One pass (shader mode `mode`) over every chunk on `device`: the partial words of each chunk's row blocks, per
-/// block and column `words` each, in chunk order.
-inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::vector<ResidentChunk>& chunks,
-                                           std::uint32_t cols, std::uint32_t mode, std::uint32_t words,
-                                           const std::vector<std::int32_t>& exponents, const std::vector<double>& centers = {}) {
+/// The words of one partial (a row block's column) in shader mode `mode`.
+inline std::uint32_t words_of(std::uint32_t mode) {
   namespace shader = shader_interface::column_checks;
+  return mode == shader::kModeRange ? shader::kRangeWords : 2 * shader::kSumWords;
+}
+
+/// One pass (shader mode `mode`) over every chunk on `device`: the partial words of each chunk's row blocks, per
+/// block and column words_of(mode) each, in chunk order.
+inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::vector<ResidentChunk>& chunks,
+                                           std::uint32_t cols, std::uint32_t mode,
+                                           const std::vector<std::int32_t>& exponents = {},
+                                           const std::vector<double>& centers = {}) {
+  namespace shader = shader_interface::column_checks;
+  for (const ResidentChunk& c : chunks)
+    if (!can_check_columns(device, c.rows, cols))
+      throw unsupported("column_checks: " + std::to_string(c.rows) + " rows of " + std::to_string(cols) +
+                        " columns are beyond what " + device.info().name + " checks (can_check_columns)");
+  const std::uint32_t words = words_of(mode);
   const std::uint64_t group_rows = rows_per_group(cols);
   const std::uint32_t column_blocks = cols <= kColumnCheckThreads ? 1 : static_cast<std::uint32_t>(ceil_div(cols, kColumnCheckThreads));
   const std::uint64_t align = std::max<std::uint64_t>(4, device.info().min_storage_buffer_offset_alignment);
@@ -81,12 +91,12 @@ inline std::vector<std::uint32_t> run_pass(vulkan::Device& device, const std::ve
     }
   }
   cmds.submit_and_wait();
-  std::vector<std::uint32_t> out;
+  // One download; the chunks' partials lie at aligned offsets, gathered here in chunk order.
+  std::vector<std::uint32_t> all(bytes / 4), out;
+  vulkan::download(device, partials, 0, all.data(), bytes);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const std::uint64_t values = ceil_div(chunks[i].rows, group_rows) * cols * words;
-    const std::size_t at = out.size();
-    out.resize(at + values);
-    vulkan::download(device, partials, offsets[i], out.data() + at, values * 4);
+    const std::uint64_t at = offsets[i] / 4, values = ceil_div(chunks[i].rows, group_rows) * cols * words;
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + values));
   }
   return out;
 }
@@ -98,12 +108,12 @@ inline float float_of_key(std::uint32_t key) {
 }  // namespace column_checks_detail
 
 /// algorithms::column_range(X, range, true) over the float32 rows of `chunks` (`cols` columns) on `device`, merged
-/// into `range` (start from +inf lowest and smallest, -inf highest): false where a value is not finite. The same
+/// into `range` (start from ColumnRange::empty): false where a value is not finite. The same
 /// extremes as the host's (a -0 and a +0 may stand for each other: only their magnitudes are used).
 inline bool column_range_on_device(vulkan::Device& device, const std::vector<ResidentChunk>& chunks, std::uint32_t cols,
                                    algorithms::ColumnRange& range) {
   namespace shader = shader_interface::column_checks;
-  const std::vector<std::uint32_t> words = column_checks_detail::run_pass(device, chunks, cols, shader::kModeRange, shader::kRangeWords, {});
+  const std::vector<std::uint32_t> words = column_checks_detail::run_pass(device, chunks, cols, shader::kModeRange);
   std::vector<std::uint32_t> low(cols, 0xFFFFFFFFu), high(cols, 0u), small(cols, 0x7F800000u);
   bool finite = true;
   for (std::size_t o = 0; o < words.size(); o += shader::kRangeWords) {
@@ -113,12 +123,14 @@ inline bool column_range_on_device(vulkan::Device& device, const std::vector<Res
     small[f] = std::min(small[f], words[o + 2]);
     finite = finite && words[o + 3] != 0;
   }
+  algorithms::ColumnRange part = algorithms::ColumnRange::empty(cols);
   for (std::uint32_t f = 0; f < cols; ++f) {
     if (high[f] < low[f]) continue;  // no rows here
-    range.lowest[f] = std::min(range.lowest[f], static_cast<double>(column_checks_detail::float_of_key(low[f])));
-    range.highest[f] = std::max(range.highest[f], static_cast<double>(column_checks_detail::float_of_key(high[f])));
-    range.smallest[f] = std::min(range.smallest[f], static_cast<double>(std::bit_cast<float>(small[f])));
+    part.lowest[f] = column_checks_detail::float_of_key(low[f]);
+    part.highest[f] = column_checks_detail::float_of_key(high[f]);
+    part.smallest[f] = std::bit_cast<float>(small[f]);
   }
+  range.merge(part);
   return finite;
 }
 
@@ -134,9 +146,10 @@ inline void exact_column_sums_on_device(vulkan::Device& device, const std::vecto
   const std::vector<std::int32_t> exponents(sums.exponents.data(), sums.exponents.data() + cols);
   const std::vector<double> centers = center ? std::vector<double>(center->data(), center->data() + cols) : std::vector<double>{};
   const std::vector<std::uint32_t> words = column_checks_detail::run_pass(
-      device, chunks, cols, center ? shader::kModeSquares : shader::kModeSums, 2 * shader::kSumWords, exponents, centers);
-  for (std::size_t o = 0; o < words.size(); o += 2 * shader::kSumWords) {
-    const std::size_t f = (o / (2 * shader::kSumWords)) % cols;
+      device, chunks, cols, center ? shader::kModeSquares : shader::kModeSums, exponents, centers);
+  const std::uint32_t per = column_checks_detail::words_of(shader::kModeSums);
+  for (std::size_t o = 0; o < words.size(); o += per) {
+    const std::size_t f = (o / per) % cols;
     sums.whole[f] += static_cast<std::int64_t>(words[o] | (std::uint64_t(words[o + 1]) << 32));
     sums.fraction[f] += static_cast<std::int64_t>(words[o + 2] | (std::uint64_t(words[o + 3]) << 32));
   }
